@@ -1,0 +1,235 @@
+"""The error tree, and how any raised value becomes a model-facing error result.
+
+::
+
+    HarnessError                      code HARNESS_ERROR
+    ├── ToolArgsError                 INVALID_ARGS         (violations)
+    ├── OutputSchemaError             UNSUPPORTED_SCHEMA   (violations)
+    ├── ToolNotFoundError             UNKNOWN_TOOL         (tool_name)
+    ├── CodeRunFailedError            CODE_RUN_FAILED
+    ├── ToolTimeoutError              TOOL_TIMEOUT         (timeout_ms)
+    ├── MalformedDecisionError        MALFORMED_DECISION   (stage)
+    ├── MalformedResultError          MALFORMED_RESULT
+    ├── UnreachableVariantError       UNREACHABLE
+    └── misuse, raised eagerly at registration/definition time (never during a call):
+        ├── DefinitionError           INVALID_DEFINITION   (also a TypeError)
+        ├── DuplicateToolError        DUPLICATE_TOOL       (also a ValueError)
+        ├── ReservedNameError         RESERVED_NAME        (also a ValueError)
+        └── RestrictionError          INVALID_RESTRICTION  (also a ValueError)
+
+Every class has a stable class-level ``code``; ``name`` is the concrete class name;
+:meth:`HarnessError.info` is the ``{name, code}`` an error result carries. Every
+error pickles with its fields, so it can cross a process boundary unchanged.
+
+During a call nothing raises to the caller: :func:`error_result` turns any raised
+value into ``{content: [{type: text, text: "Error: …"}], is_error: True, error?}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+from .jsonvalue import compact
+
+__all__ = [
+    "CodeRunFailedError",
+    "DefinitionError",
+    "DuplicateToolError",
+    "HarnessError",
+    "MalformedDecisionError",
+    "MalformedResultError",
+    "OutputSchemaError",
+    "ReservedNameError",
+    "RestrictionError",
+    "ToolArgsError",
+    "ToolNotFoundError",
+    "ToolTimeoutError",
+    "UnreachableVariantError",
+    "error_info",
+    "error_message",
+    "error_result",
+    "unreachable",
+]
+
+UNPRINTABLE = "<unprintable thrown value>"
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose.
+
+    ``message`` is model-facing text; ``code`` is stable and machine-readable.
+    """
+
+    code: ClassVar[str] = "HARNESS_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def name(self) -> str:
+        """The concrete class name (``"HarnessError"`` for the base class)."""
+        return type(self).__name__
+
+    def info(self) -> dict[str, str]:
+        """The structured ``{name, code}`` an error result carries."""
+        return {"name": self.name, "code": self.code}
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the fields, not from ``args``: subclasses take keyword fields.
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+
+def _rebuild(cls: type[HarnessError], state: dict[str, Any]) -> HarnessError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, state.get("message", ""))
+    error.__dict__.update(state)
+    return error
+
+
+class ToolArgsError(HarnessError):
+    """Model-generated arguments do not match the tool's parameter schema."""
+
+    code = "INVALID_ARGS"
+
+    def __init__(self, violations: Sequence[str]) -> None:
+        self.violations = list(violations)
+        super().__init__("invalid arguments: " + "; ".join(self.violations))
+
+
+class OutputSchemaError(HarnessError):
+    """A structured-output schema uses something outside the supported subset."""
+
+    code = "UNSUPPORTED_SCHEMA"
+
+    def __init__(self, violations: Sequence[str]) -> None:
+        self.violations = list(violations)
+        super().__init__("unsupported output schema: " + "; ".join(self.violations))
+
+
+class ToolNotFoundError(HarnessError):
+    """No tool of that name is visible to the caller."""
+
+    code = "UNKNOWN_TOOL"
+
+    def __init__(self, tool_name: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(f'unknown tool "{tool_name}"')
+
+
+class CodeRunFailedError(HarnessError):
+    """A Code Mode program failed; the message carries its captured output."""
+
+    code = "CODE_RUN_FAILED"
+
+
+class ToolTimeoutError(HarnessError):
+    """A tool call ran past its deadline."""
+
+    code = "TOOL_TIMEOUT"
+
+    def __init__(self, timeout_ms: float) -> None:
+        self.timeout_ms = timeout_ms
+        super().__init__(f"tool call timed out after {_ms(timeout_ms)}ms")
+
+
+class MalformedDecisionError(HarnessError):
+    """A listener returned something outside its decision union; the call fails closed."""
+
+    code = "MALFORMED_DECISION"
+
+    def __init__(self, stage: str, problem: str) -> None:
+        self.stage = stage
+        self.problem = problem
+        super().__init__(f"{stage} listener returned a malformed decision: {problem}")
+
+
+class MalformedResultError(HarnessError):
+    """A tool or a tools/execute wrapper produced a result of the wrong shape."""
+
+    code = "MALFORMED_RESULT"
+
+
+class UnreachableVariantError(HarnessError):
+    """A closed union met a value outside it (a non-conforming stand-in)."""
+
+    code = "UNREACHABLE"
+
+
+class DefinitionError(HarnessError, TypeError):
+    """A tool definition is malformed (raised when defining or registering it)."""
+
+    code = "INVALID_DEFINITION"
+
+
+class DuplicateToolError(HarnessError, ValueError):
+    """A tool of that name is already registered in the same layer."""
+
+    code = "DUPLICATE_TOOL"
+
+
+class ReservedNameError(HarnessError, ValueError):
+    """A reserved name (such as ``run_code``) was registered, shadowed or filtered."""
+
+    code = "RESERVED_NAME"
+
+
+class RestrictionError(HarnessError, ValueError):
+    """A restriction is empty, unscoped, or names tools the registry does not know."""
+
+    code = "INVALID_RESTRICTION"
+
+
+def _ms(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def unreachable(context: str, value: Any) -> UnreachableVariantError:
+    """The error a closed union raises for a value outside it."""
+    try:
+        shown = compact(value)
+    except Exception:
+        shown = repr(value)
+    return UnreachableVariantError(f"unreachable variant in {context}: {shown}")
+
+
+def error_message(thrown: object) -> str:
+    """The model-facing message of any raised value; never raises."""
+    try:
+        if isinstance(thrown, HarnessError):
+            return str(thrown.message)
+        if isinstance(thrown, BaseException):
+            return str(thrown)
+        message = getattr(thrown, "message", None)
+        if isinstance(message, str):
+            return message
+        return str(thrown)
+    except Exception:
+        return UNPRINTABLE
+
+
+def error_info(thrown: object) -> dict[str, str] | None:
+    """``{name, code}`` for a :class:`HarnessError`, else ``None``; never raises."""
+    try:
+        if isinstance(thrown, HarnessError):
+            info = thrown.info()
+            if isinstance(info.get("name"), str) and isinstance(info.get("code"), str):
+                return {"name": info["name"], "code": info["code"]}
+    except Exception:
+        pass
+    return None
+
+
+def error_result(thrown: object) -> dict[str, Any]:
+    """The normalised error result for any raised value (no ``call_id``; the pipeline adds it)."""
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": "Error: " + error_message(thrown)}],
+        "is_error": True,
+    }
+    info = error_info(thrown)
+    if info is not None:
+        result["error"] = info
+    return result

@@ -1,0 +1,147 @@
+"""The execution pipeline, one module per stage, in the order a call walks them:
+
+``create`` → ``pre_execute`` → ``approval`` (for ask) → ``guards`` → ``dispatch``
+(``tools/execute`` around core dispatch) → ``post_execute`` → ``finalize``.
+
+:func:`execute` runs a call end to end against an :class:`ExecutionPlan`; the staged
+functions :func:`prepare`, :func:`dispatch`, :func:`finalize` and :func:`finish` are
+the same pipeline in pieces (``execute`` is exactly them composed), for schedulers that
+interleave calls. The harness owns the outermost layer: any failure in any stage
+becomes exactly one error result, and every call ends in exactly one ``tools/result``
+notification. Which failures still go through post-execute:
+
+==========================================================  =================
+failure                                                     post-execute?
+==========================================================  =================
+tool body raises, unknown tool, argument violations          yes
+pre-execute deny, refused ask, guard denial                  yes
+a wrapper's own (short-circuit) result                       yes
+arguments not lossless JSON, unreadable input                no
+a pre-execute listener raises or returns a malformed value   no
+the approval seam raises or answers outside its outcomes     no
+a guard raises                                               no
+a tools/execute listener raises or returns a malformed value no (deferred contexts lost)
+a post-execute listener raises                               (it is post-execute)
+final materialisation fails                                  no
+==========================================================  =================
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import error_result
+from ..types import ToolExecution, ToolExecutionResult, text_block
+from .approval import resolve_ask
+from .chain import run_chain, settle
+from .create import InvalidExecutionInputError, create_execution
+from .dispatch import dispatch_tool, parse_result, run_execute
+from .finalize import finish
+from .guards import GuardError, run_guards
+from .plan import ApprovalOutcome, ApprovalRequest, ApprovalSeam, ExecutionPlan, PlanResolver
+from .post_execute import run_post_execute
+from .pre_execute import run_pre_execute
+
+__all__ = [
+    "ApprovalOutcome",
+    "ApprovalRequest",
+    "ApprovalSeam",
+    "ExecutionPlan",
+    "GuardError",
+    "InvalidExecutionInputError",
+    "PlanResolver",
+    "Step",
+    "dispatch",
+    "dispatch_tool",
+    "execute",
+    "finalize",
+    "finish",
+    "parse_result",
+    "prepare",
+    "run_chain",
+    "settle",
+]
+
+log = logging.getLogger("dsh_actors.pipeline")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Where a call stands between stages.
+
+    ``stage`` is ``"dispatch"`` (policy allowed it), ``"post"`` (a result awaits
+    post-execute) or ``"final"`` (a result goes straight to :func:`finish`).
+    """
+
+    stage: Literal["dispatch", "post", "final"]
+    execution: ToolExecution
+    plan: ExecutionPlan | None
+    result: ToolExecutionResult | None = None
+
+
+def _denied(reason: str) -> ToolExecutionResult:
+    return ToolExecutionResult({"content": [text_block("Error: " + reason)], "is_error": True})
+
+
+def _failed(thrown: BaseException) -> ToolExecutionResult:
+    return ToolExecutionResult(error_result(thrown))
+
+
+async def prepare(source: Any, plan_for: PlanResolver) -> Step:
+    """Create the execution, then run pre-execute, approval and guards."""
+    execution, failure = create_execution(source)
+    try:
+        plan = plan_for(execution.agent)
+    except Exception as exc:
+        log.warning("no execution plan for agent %r: %s", execution.agent, exc)
+        return Step("final", execution, None, _failed(exc))
+    if failure is not None:
+        return Step("final", execution, plan, ToolExecutionResult(failure))
+    try:
+        decision = await run_pre_execute(execution, plan)
+        if decision["kind"] == "deny":
+            return Step("post", execution, plan, _denied(decision["reason"]))
+        if decision["kind"] == "ask":
+            refusal = await resolve_ask(execution, plan, decision)
+            if refusal is not None:
+                return Step("post", execution, plan, _denied(refusal))
+        reason = run_guards(execution, plan)
+        if reason is not None:
+            return Step("post", execution, plan, _denied(reason))
+    except Exception as exc:  # a listener, the approval seam or a guard failed: fail closed
+        return Step("final", execution, plan, _failed(exc))
+    return Step("dispatch", execution, plan)
+
+
+async def dispatch(step: Step) -> Step:
+    """Run the ``tools/execute`` around stage (and the body) for a prepared call."""
+    if step.stage != "dispatch" or step.plan is None:
+        raise ValueError(f"dispatch() needs a step prepared for dispatch, got stage {step.stage!r}")
+    try:
+        result = await run_execute(step.execution, step.plan)
+    except Exception as exc:
+        return Step("final", step.execution, step.plan, _failed(exc))
+    return Step("post", step.execution, step.plan, result)
+
+
+async def finalize(step: Step) -> ToolExecutionResult:
+    """Run post-execute on a ``"post"`` step (if any), then :func:`finish`."""
+    result = step.result
+    if result is None:
+        raise ValueError("finalize() needs a step that carries a result")
+    if step.stage == "post" and step.plan is not None:
+        try:
+            result = await run_post_execute(step.execution, result, step.plan)
+        except Exception as exc:
+            result = _failed(exc)
+    return finish(step.execution, result, step.plan)
+
+
+async def execute(source: Any, plan_for: PlanResolver) -> ToolExecutionResult:
+    """Run one call through the whole pipeline; never raises (cancellation propagates)."""
+    step = await prepare(source, plan_for)
+    if step.stage == "dispatch":
+        step = await dispatch(step)
+    return await finalize(step)

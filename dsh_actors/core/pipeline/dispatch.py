@@ -1,0 +1,91 @@
+"""Stage 5 — ``tools/execute``: the around-dispatch waterfall with core dispatch at its base.
+
+Wrappers get ``(execution, call_next)``; they may change only ``execution.signal``
+(adding a deadline, replacing the caller's signal, restoring it after) and may return
+their own result without calling ``call_next``. The base resolves the tool in the
+plan and runs its body inside an error boundary, so ``await call_next()`` always gives
+a result, never an exception. Contexts the body deferred lead the result's
+``additional_context``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..decisions import parse_content, parse_hook_contexts
+from ..errors import MalformedDecisionError, MalformedResultError, ToolNotFoundError, error_result
+from ..types import ToolExecution, ToolExecutionResult, ToolRunContext
+from .chain import run_chain, settle
+from .plan import ExecutionPlan
+
+__all__ = ["dispatch_tool", "run_execute", "parse_result"]
+
+STAGE = "tools/execute"
+
+
+def parse_result(value: object, origin: str) -> ToolExecutionResult:
+    """Check the core fields of a result; extra keys pass through unchanged."""
+    if not isinstance(value, Mapping):
+        raise MalformedResultError(f"{origin} returned {type(value).__name__}, not a result mapping")
+    try:
+        parse_content(value.get("content"), "result content", origin)
+        if not isinstance(value.get("is_error"), bool):
+            raise MalformedDecisionError(origin, "result is_error must be a bool")
+        error = value.get("error")
+        if "error" in value and not (
+            isinstance(error, Mapping) and isinstance(error.get("name"), str) and isinstance(error.get("code"), str)
+        ):
+            raise MalformedDecisionError(origin, "result error must be {name: str, code: str}")
+        if "additional_context" in value:
+            parse_hook_contexts(value["additional_context"], "result additional_context", origin)
+    except MalformedDecisionError as exc:
+        raise MalformedResultError(f"{origin} returned a malformed result: {exc.problem}") from None
+    return value if isinstance(value, ToolExecutionResult) else ToolExecutionResult(value)
+
+
+def _normalise_return(name: str, value: Any) -> ToolExecutionResult:
+    origin = f'tool "{name}"'
+    if isinstance(value, list):
+        parse_content(value, "returned content", origin)
+        return ToolExecutionResult({"content": value, "is_error": False})
+    if isinstance(value, Mapping) and "content" in value:
+        extra = sorted(str(k) for k in value if k not in ("content", "meta"))
+        if extra:
+            raise MalformedResultError(f"{origin} returned unexpected field(s) {extra}; return content blocks or {{content, meta}}")
+        parse_content(value["content"], "returned content", origin)
+        result = {"content": value["content"], "is_error": False}
+        if "meta" in value:
+            result["meta"] = value["meta"]
+        return ToolExecutionResult(result)
+    raise MalformedResultError(
+        f"{origin} returned {type(value).__name__}; a tool returns a list of content blocks "
+        "or {content, meta}"
+    )
+
+
+async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred: list[Any]) -> ToolExecutionResult:
+    """Core dispatch: resolve, run the body, normalise. Never raises (except cancellation)."""
+    try:
+        definition = plan.tools.get(execution.name)
+        if definition is None:
+            raise ToolNotFoundError(execution.name)
+        value = await settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred)))
+        return _normalise_return(execution.name, value)
+    except (Exception, SystemExit) as exc:  # the tool body's error boundary
+        return ToolExecutionResult(error_result(exc))
+
+
+async def run_execute(execution: ToolExecution, plan: ExecutionPlan) -> ToolExecutionResult:
+    """The around stage's result, with deferred contexts first (raises on a wrapper failure)."""
+    deferred: list[Any] = []
+
+    async def base() -> ToolExecutionResult:
+        return await dispatch_tool(execution, plan, deferred)
+
+    if plan.execute:
+        result = parse_result(await run_chain(plan.execute, (execution,), base), f"{STAGE} listener")
+    else:
+        result = await base()
+    if deferred:
+        result = result.evolve(additional_context=[*deferred, *(result.get("additional_context") or [])])
+    return result
