@@ -4,7 +4,8 @@ A value is *lossless JSON* when a JSON round trip gives back an equal value of t
 same types. Only these pass:
 
 * ``None``, ``bool``, ``str`` (exact types),
-* ``int`` (exact type; ``bool`` is an ``int`` subclass and is checked first),
+* ``int`` (exact type; ``bool`` is an ``int`` subclass and is checked first) within
+  -2**63 .. 2**64-1, so every accepted value also encodes as msgpack,
 * ``float`` when finite and not ``-0.0``,
 * ``list`` (exact type) of lossless values,
 * ``dict`` (exact type) with ``str`` keys and lossless values,
@@ -127,7 +128,10 @@ class NotLosslessJSONError(ValueError):
         return (NotLosslessJSONError, (self.path, self.reason))
 
 
-_SCALARS = (str, int, bool, type(None))
+_SCALARS = (str, bool, type(None))
+# msgpack (the session log's framing) holds ints from -2**63 to 2**64 - 1; beyond that a
+# value could be accepted here and then be impossible to log, so it is not lossless.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _DICTS = (dict, FrozenDict)
 _LISTS = (list, FrozenList)
 # Exact types the walk treats as JSON objects: plain dicts and our read-only mappings.
@@ -166,6 +170,10 @@ def _walk(value: Any, path: str, ancestors: set[int], freeze: bool) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
+    if kind is int:
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+        raise NotLosslessJSONError(path, f"int {value} is outside the 64-bit range -2**63..2**64-1")
     if kind is float:
         if math.isfinite(value) and not (value == 0.0 and math.copysign(1.0, value) < 0):
             return value
