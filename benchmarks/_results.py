@@ -1,0 +1,27 @@
+"""Write a benchmark's table into benchmarks/RESULTS.md, replacing its previous section."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def write_section(name: str, title: str, body: str) -> None:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    section = (f"{start}\n## {title}\n\n_{stamp}; {platform.python_implementation()} "
+               f"{platform.python_version()}; {platform.machine()}_\n\n{body.strip()}\n{end}")
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by the scripts in this folder; each section is replaced when its script runs.\n"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    RESULTS.write_text(text)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""The pure layer never imports ray: proven in a fresh interpreter where ray cannot load."""
+
+import pkgutil
+import subprocess
+import sys
+
+import dsh_actors.core
+
+
+def test_every_core_module_imports_with_ray_made_unimportable():
+    modules = [m.name for m in pkgutil.walk_packages(dsh_actors.core.__path__, "dsh_actors.core.")]
+    assert "dsh_actors.core.pipeline.dispatch" in modules
+    script = (
+        "import sys, importlib\n"
+        "sys.modules['ray'] = None\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "assert 'ray' not in [m for m in sys.modules if sys.modules[m] is not None and m.split('.')[0] == 'ray']\n"
+        "print('pure')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "pure"
