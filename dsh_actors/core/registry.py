@@ -26,6 +26,9 @@ from .types import ToolDefinition, ToolExecutionResult, ToolSchema
 
 __all__ = [
     "EVENTS",
+    "ScopeLayer",
+    "compose_plan",
+    "visible_tools",
     "AgentScopeView",
     "Disposer",
     "InMemoryRegistry",
@@ -187,29 +190,122 @@ def compile_restriction(spec: Mapping[str, Any] | None, known_globals: Iterable[
 # --- the tables ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class _Entry:
-    """One registered listener or guard: the callable and the scope it hears (None: all)."""
+    """One registered listener or guard: the callable and the scope it hears (None: all).
+
+    Compared by identity: the same function registered twice is two entries.
+    """
 
     fn: Callable[..., Any]
     scope: str | None
 
 
+def _remove_entry(entries: list[Any], entry: Any) -> bool:
+    for index, candidate in enumerate(entries):
+        if candidate is entry:
+            del entries[index]
+            return True
+    return False
+
+
+def check_guard(guard: Callable[..., Any]) -> None:
+    """Misuse check for a guard (callable, synchronous)."""
+    if not callable(guard):
+        raise DefinitionError("a guard must be callable: guard(execution) -> reason | None")
+    if inspect.iscoroutinefunction(guard):
+        raise DefinitionError("guards are synchronous: guard(execution) -> reason | None")
+
+
+def check_listener(event: str, fn: Callable[..., Any]) -> None:
+    """Misuse check for a listener of ``event``."""
+    if event not in EVENTS:
+        raise DefinitionError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
+    if not callable(fn):
+        raise DefinitionError(f"a {event} listener must be callable")
+    if event == "tools/result" and inspect.iscoroutinefunction(fn):
+        raise DefinitionError("tools/result observers are synchronous (observe-only); use a plain function")
+
+
+class ScopeLayer:
+    """One agent's own layer: its tools (shadowing globals), restrictions and guards.
+
+    The in-memory registry keeps one per agent; the Ray runtime keeps one in each agent
+    scope actor. Mutators return the exact undo step.
+    """
+
+    def __init__(self) -> None:
+        self.tools: dict[str, ToolDefinition] = {}
+        self.restrictions: list[ToolRestriction] = []
+        self.guards: list[_Entry] = []
+
+    @property
+    def empty(self) -> bool:
+        return not (self.tools or self.restrictions or self.guards)
+
+    def add_tool(self, frozen: ToolDefinition) -> Callable[[], bool]:
+        if frozen.name in self.tools:
+            raise DuplicateToolError(f'tool "{frozen.name}" is already registered in this scope')
+        self.tools[frozen.name] = frozen
+
+        def remove() -> bool:
+            if self.tools.get(frozen.name) is not frozen:
+                return False
+            del self.tools[frozen.name]
+            return True
+
+        return remove
+
+    def add_restriction(self, restriction: ToolRestriction) -> Callable[[], bool]:
+        self.restrictions.append(restriction)
+        return lambda: _remove_entry(self.restrictions, restriction)
+
+    def add_guard(self, guard: Callable[..., Any], agent: str) -> Callable[[], bool]:
+        check_guard(guard)
+        entry = _Entry(guard, agent)
+        self.guards.append(entry)
+        return lambda: _remove_entry(self.guards, entry)
+
+
+def visible_tools(global_tools: Mapping[str, ToolDefinition], layer: ScopeLayer | None) -> dict[str, ToolDefinition]:
+    """Restricted global layer, then the scope's own tools (a shadow keeps the global's position)."""
+    if layer is None:
+        return dict(global_tools)
+    view = {
+        name: definition for name, definition in global_tools.items()
+        if all(r.admits(name) for r in layer.restrictions)
+    }
+    view.update(layer.tools)
+    return view
+
+
+def compose_plan(base: ExecutionPlan, layer: ScopeLayer | None) -> ExecutionPlan:
+    """An agent's plan: ``base`` (global tools, the agent's chains, global guards) plus its layer."""
+    if layer is None or layer.empty:
+        return base
+    return ExecutionPlan(
+        tools=FrozenDict(visible_tools(base.tools, layer)),
+        pre_execute=base.pre_execute, execute=base.execute, post_execute=base.post_execute,
+        result=base.result, guards=base.guards + tuple(e.fn for e in layer.guards), approval=base.approval,
+    )
+
+
 class RegistryState:
-    """Layers, restrictions, guards and listener chains; derives per-scope plans.
+    """The global layer, per-agent layers, listener chains and guards; derives plans.
 
     Not thread-safe on its own: one owner (an actor, or one event loop) mutates it.
+    Plans are cached until the next change, so a call never computes one.
     """
 
     def __init__(self, *, approval: ApprovalSeam | None = None) -> None:
         self.globals: dict[str, ToolDefinition] = {}
-        self.scoped: dict[str, dict[str, ToolDefinition]] = {}
-        self.restrictions: dict[str, list[ToolRestriction]] = {}
+        self.layers: dict[str, ScopeLayer] = {}
         self.guards: list[_Entry] = []
         self.chains: dict[str, list[_Entry]] = {event: [] for event in EVENTS}
         self.change_listeners: list[Callable[[], Any]] = []
         self.approval = approval
         self.version = 0
+        self._base_plans: dict[str | None, ExecutionPlan] = {}
         self._plans: dict[str | None, ExecutionPlan] = {}
 
     # change bookkeeping
@@ -217,6 +313,7 @@ class RegistryState:
     def touched(self) -> None:
         """Something a plan depends on changed: drop cached plans."""
         self.version += 1
+        self._base_plans.clear()
         self._plans.clear()
 
     def emit_change(self) -> None:
@@ -224,45 +321,55 @@ class RegistryState:
         for listener in list(self.change_listeners):
             listener()
 
+    def _layer(self, agent: str) -> ScopeLayer:
+        layer = self.layers.get(agent)
+        if layer is None:
+            layer = self.layers[agent] = ScopeLayer()
+        return layer
+
+    def _undo(self, agent: str | None, remove: Callable[[], bool], notify: bool) -> Callable[[], None]:
+        """Wrap a layer's undo: drop an emptied layer, refresh plans, tell listeners."""
+        def undo() -> None:
+            if not remove():
+                return
+            if agent is not None and agent in self.layers and self.layers[agent].empty:
+                del self.layers[agent]  # an empty scoped layer leaves nothing behind
+            self.touched()
+            if notify:
+                self.emit_change()
+
+        return undo
+
     # tools
 
     def add_tool(self, definition: Any, scope: str | None = None) -> Callable[[], None]:
         frozen = snapshot_definition(definition)
-        layer = self.globals if scope is None else self.scoped.get(scope, {})
-        if frozen.name in layer:
-            if scope is None:
+        if scope is None:
+            if frozen.name in self.globals:
                 raise DuplicateToolError(
                     f'tool "{frozen.name}" is already registered (for a per-agent variant, register '
                     "through that agent's scope, registry.scope(agent_id).register, instead)"
                 )
-            raise DuplicateToolError(f'tool "{frozen.name}" is already registered in this scope')
-        layer[frozen.name] = frozen
-        if scope is not None:
-            self.scoped[scope] = layer
+            self.globals[frozen.name] = frozen
+
+            def remove() -> bool:
+                if self.globals.get(frozen.name) is not frozen:
+                    return False
+                del self.globals[frozen.name]
+                return True
+        else:
+            layer = self.layers.get(scope) or ScopeLayer()
+            remove = layer.add_tool(frozen)
+            self.layers[scope] = layer
         self.touched()
-
-        def remove() -> None:
-            current = self.globals if scope is None else self.scoped.get(scope)
-            if current is None or current.get(frozen.name) is not frozen:
-                return
-            del current[frozen.name]
-            if scope is not None and not current:
-                del self.scoped[scope]  # an empty scoped layer leaves nothing behind
-            self.touched()
-            self.emit_change()
-
+        undo = self._undo(scope, remove, notify=True)
         try:
             self.emit_change()
         except BaseException:
-            # A change listener refused: undo, tell listeners again, re-raise; nothing leaks.
-            if layer.get(frozen.name) is frozen:
-                del layer[frozen.name]
-                if scope is not None and not layer:
-                    self.scoped.pop(scope, None)
-                self.touched()
-                self.emit_change()
+            # A change listener refused: undo (which tells listeners again), re-raise; nothing leaks.
+            undo()
             raise
-        return remove
+        return undo
 
     def add_restriction(self, spec: Mapping[str, Any] | None, scope: str | None,
                         reserved: Iterable[str] = ()) -> Callable[[], None]:
@@ -272,105 +379,77 @@ class RegistryState:
                 "masks one agent's view of the global tools"
             )
         restriction = compile_restriction(spec, self.globals, reserved)
-        self.restrictions.setdefault(scope, []).append(restriction)
+        remove = self._layer(scope).add_restriction(restriction)
         self.touched()
-
-        def lift() -> None:
-            active = self.restrictions.get(scope)
-            if not active or restriction not in active:
-                return
-            active.remove(restriction)
-            if not active:
-                del self.restrictions[scope]
-            self.touched()
-            self.emit_change()
-
         self.emit_change()
-        return lift
+        return self._undo(scope, remove, notify=True)
 
     def add_guard(self, guard: Callable[..., Any], scope: str | None) -> Callable[[], None]:
-        if not callable(guard):
-            raise DefinitionError("a guard must be callable: guard(execution) -> reason | None")
-        if inspect.iscoroutinefunction(guard):
-            raise DefinitionError("guards are synchronous: guard(execution) -> reason | None")
-        entry = _Entry(guard, scope)
-        self.guards.append(entry)
+        if scope is not None:
+            remove = self._layer(scope).add_guard(guard, scope)
+        else:
+            check_guard(guard)
+            entry = _Entry(guard, None)
+            self.guards.append(entry)
+            remove = lambda: _remove_entry(self.guards, entry)  # noqa: E731
         self.touched()
-        return self._remover(self.guards, entry)
+        return self._undo(scope, remove, notify=False)
 
     def add_listener(self, event: str, fn: Callable[..., Any], scope: str | None,
                      prepend: bool = False) -> Callable[[], None]:
-        if event not in self.chains:
-            raise DefinitionError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
-        if not callable(fn):
-            raise DefinitionError(f"a {event} listener must be callable")
-        if event == "tools/result" and inspect.iscoroutinefunction(fn):
-            raise DefinitionError("tools/result observers are synchronous (observe-only); use a plain function")
+        check_listener(event, fn)
         entry = _Entry(fn, scope)
         chain = self.chains[event]
         chain.insert(0, entry) if prepend else chain.append(entry)
         self.touched()
-        return self._remover(chain, entry)
+        return self._undo(None, lambda: _remove_entry(chain, entry), notify=False)
 
     def add_change_listener(self, fn: Callable[[], Any]) -> Callable[[], None]:
         self.change_listeners.append(fn)
-        marker = self.change_listeners
+        return lambda: self.change_listeners.remove(fn) if fn in self.change_listeners else None
 
-        def remove() -> None:
-            if fn in marker:
-                marker.remove(fn)
-
-        return remove
-
-    def _remover(self, entries: list[_Entry], entry: _Entry) -> Callable[[], None]:
-        def remove() -> None:
-            # identity, not equality: the same function registered twice is two entries
-            for index, candidate in enumerate(entries):
-                if candidate is entry:
-                    del entries[index]
-                    self.touched()
-                    return
-
-        return remove
+    def drop_scope(self, agent: str) -> None:
+        """Forget everything scoped to ``agent`` (its layer and its listeners)."""
+        self.layers.pop(agent, None)
+        for event, chain in self.chains.items():
+            self.chains[event] = [e for e in chain if e.scope != agent]
+        self.touched()
 
     # views
 
     def visible(self, scope: str | None = None) -> dict[str, ToolDefinition]:
         """Restricted global layer, then the scope's own layer (a shadow keeps its position)."""
-        restrictions = self.restrictions.get(scope, ()) if scope is not None else ()
-        view = {
-            name: definition for name, definition in self.globals.items()
-            if all(r.admits(name) for r in restrictions)
-        }
-        if scope is not None:
-            view.update(self.scoped.get(scope, {}))
-        return view
+        return visible_tools(self.globals, self.layers.get(scope) if scope is not None else None)
 
     def known_names(self, scope: str | None = None) -> list[str]:
         """Every global name plus the scope's own names, restrictions not applied."""
         names = list(self.globals)
-        if scope is not None:
-            names.extend(n for n in self.scoped.get(scope, {}) if n not in self.globals)
+        layer = self.layers.get(scope) if scope is not None else None
+        if layer is not None:
+            names.extend(n for n in layer.tools if n not in self.globals)
         return names
+
+    def base_plan(self, scope: str | None) -> ExecutionPlan:
+        """Global tools, the chains ``scope`` hears (in order) and global guards."""
+        plan = self._base_plans.get(scope)
+        if plan is None:
+            chains = {
+                _PLAN_FIELD[event]: tuple(e.fn for e in entries if e.scope is None or e.scope == scope)
+                for event, entries in self.chains.items()
+            }
+            plan = ExecutionPlan(
+                tools=FrozenDict(self.globals), guards=tuple(e.fn for e in self.guards),
+                approval=self.approval, **chains,
+            )
+            self._base_plans[scope] = plan
+        return plan
 
     def plan(self, scope: str | None) -> ExecutionPlan:
         """The frozen plan a call by ``scope`` runs against (cached until the next change)."""
         plan = self._plans.get(scope)
         if plan is None:
-            def hears(entry: _Entry) -> bool:
-                return entry.scope is None or entry.scope == scope
-
-            chains = {
-                _PLAN_FIELD[event]: tuple(e.fn for e in entries if hears(e))
-                for event, entries in self.chains.items()
-            }
-            guards = tuple(e.fn for e in self.guards if e.scope is None) + (
-                tuple(e.fn for e in self.guards if e.scope is not None and e.scope == scope)
-            )
-            plan = ExecutionPlan(
-                tools=FrozenDict(self.visible(scope)), guards=guards, approval=self.approval, **chains,
-            )
-            self._plans[scope] = plan
+            layer = self.layers.get(scope) if scope is not None else None
+            plan = self._plans[scope] = compose_plan(self.base_plan(scope), layer)
         return plan
 
 

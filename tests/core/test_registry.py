@@ -97,7 +97,7 @@ def test_disposing_a_registration_removes_it_and_an_empty_scoped_layer_is_droppe
     dispose = registry.scope("a1").register(echo("mine"))
     dispose()
     dispose()  # idempotent
-    assert names(registry.visible("a1")) == ["echo"] and "a1" not in registry.state.scoped
+    assert names(registry.visible("a1")) == ["echo"] and "a1" not in registry.state.layers
 
 
 def test_closing_a_scope_disposes_everything_it_registered():
@@ -153,7 +153,7 @@ def test_restrictions_intersect_and_each_can_be_lifted_alone():
     assert names(scope.visible()) == ["a", "c"]
     lift_deny()
     assert names(scope.visible()) == ["a", "b", "c"]
-    assert "agent" not in registry.state.restrictions
+    assert "agent" not in registry.state.layers
 
 
 def test_restrictions_are_snapshots_evaluated_against_the_live_global_layer():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import error_result
-from ..types import ToolExecution, ToolExecutionResult, text_block
+from ..types import ExecutionToken, ToolExecution, ToolExecutionResult, text_block
 from .approval import resolve_ask
 from .chain import run_chain, settle
 from .create import InvalidExecutionInputError, create_execution
@@ -89,9 +89,9 @@ def _failed(thrown: BaseException) -> ToolExecutionResult:
     return ToolExecutionResult(error_result(thrown))
 
 
-async def prepare(source: Any, plan_for: PlanResolver) -> Step:
+async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> Step:
     """Create the execution, then run pre-execute, approval and guards."""
-    execution, failure = create_execution(source)
+    execution, failure = create_execution(source, token)
     try:
         plan = plan_for(execution.agent)
     except Exception as exc:
@@ -107,7 +107,7 @@ async def prepare(source: Any, plan_for: PlanResolver) -> Step:
             refusal = await resolve_ask(execution, plan, decision)
             if refusal is not None:
                 return Step("post", execution, plan, _denied(refusal))
-        reason = run_guards(execution, plan)
+        reason = await run_guards(execution, plan)
         if reason is not None:
             return Step("post", execution, plan, _denied(reason))
     except Exception as exc:  # a listener, the approval seam or a guard failed: fail closed
@@ -139,9 +139,9 @@ async def finalize(step: Step) -> ToolExecutionResult:
     return finish(step.execution, result, step.plan)
 
 
-async def execute(source: Any, plan_for: PlanResolver) -> ToolExecutionResult:
+async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> ToolExecutionResult:
     """Run one call through the whole pipeline; never raises (cancellation propagates)."""
-    step = await prepare(source, plan_for)
+    step = await prepare(source, plan_for, token=token)
     if step.stage == "dispatch":
         step = await dispatch(step)
     return await finalize(step)

@@ -46,8 +46,12 @@ def _problem(call_id: Any, name: Any, agent: Any, parent: Any, signal: Any) -> s
     return None
 
 
-def create_execution(source: Any) -> tuple[ToolExecution, dict[str, Any] | None]:
-    """Build the execution; the second item is a final error result when creation failed."""
+def create_execution(source: Any, token: ExecutionToken | None = None) -> tuple[ToolExecution, dict[str, Any] | None]:
+    """Build the execution; the second item is a final error result when creation failed.
+
+    ``token`` lets the runtime mint the identity before the call crosses a process (so it
+    can finish a call whose worker died); callers never choose it.
+    """
     read = _reader(source)
     values: dict[str, Any] = {}
     for key in _FIELDS:
@@ -55,26 +59,27 @@ def create_execution(source: Any) -> tuple[ToolExecution, dict[str, Any] | None]
             values[key] = read(key)
         except Exception as exc:  # a getter that raises: its error becomes the result
             values.setdefault("arguments", None)
-            return _failed(values), error_result(exc)
+            return _failed(values, token), error_result(exc)
     problem = _problem(values["call_id"], values["name"], values["agent"], values["parent"], values["signal"])
     if problem is not None:
-        return _failed(values), error_result(InvalidExecutionInputError(f"invalid tool execution input: {problem}"))
+        return _failed(values, token), error_result(
+            InvalidExecutionInputError(f"invalid tool execution input: {problem}"))
     try:
         arguments = snapshot(values["arguments"], path="arguments")
     except NotLosslessJSONError:
-        return _failed(values), error_result(
+        return _failed(values, token), error_result(
             InvalidExecutionInputError("tool execution arguments must be losslessly JSON-serializable")
         )
     return (
         ToolExecution(
             call_id=values["call_id"], name=values["name"], arguments=arguments,
-            agent=values["agent"], parent=values["parent"], signal=values["signal"],
+            agent=values["agent"], parent=values["parent"], signal=values["signal"], token=token,
         ),
         None,
     )
 
 
-def _failed(values: dict[str, Any]) -> ToolExecution:
+def _failed(values: dict[str, Any], token: ExecutionToken | None) -> ToolExecution:
     """An execution for the error path: usable identity fields kept, arguments absent."""
     def kept(key: str, kind: type) -> Any:
         value = values.get(key)
@@ -87,4 +92,5 @@ def _failed(values: dict[str, Any]) -> ToolExecution:
         agent=kept("agent", str),
         parent=kept("parent", ExecutionToken),
         signal=kept("signal", AbortSignal),
+        token=token,
     )

@@ -22,15 +22,19 @@ class GuardError(HarnessError):
     code = "MALFORMED_GUARD"
 
 
-def run_guards(execution: ToolExecution, plan: ExecutionPlan) -> str | None:
-    """The first guard's denial reason, or ``None`` when every guard passes."""
+async def run_guards(execution: ToolExecution, plan: ExecutionPlan) -> str | None:
+    """The first guard's denial reason, or ``None`` when every guard passes.
+
+    User guards are synchronous (registration refuses coroutine functions); the runtime's
+    adapters for guards living in policy actors return an awaitable, which is awaited.
+    """
     for guard in plan.guards:
         reason = guard(execution)
+        if inspect.isawaitable(reason):
+            reason = await reason
         if reason is None:
             continue
         if not isinstance(reason, str):
-            if inspect.iscoroutine(reason):
-                reason.close()  # guards are synchronous; never leave it dangling
             raise GuardError(
                 f"guard {getattr(guard, '__name__', guard)!r} returned {type(reason).__name__}; "
                 "a guard returns a denial reason (str) or None"
