@@ -1,0 +1,41 @@
+"""The Ray layer: registry actor, agent scope actors, executions as tasks, policy actors.
+
+It places the pure semantics of :mod:`dsh_actors.core` onto actors and tasks and
+translates Ray's failures into results with stable codes at one boundary.
+"""
+
+from .client import AgentScope, Disposer, Plugin, ToolRegistry
+from .errors import (
+    ExecutionCancelledError,
+    ObjectLostError,
+    PlacementError,
+    PolicyUnavailableError,
+    RayRuntimeError,
+    RegistryUnavailableError,
+    ScopeUnavailableError,
+    WorkerCrashedError,
+)
+from .local import ensure_ray
+from .policy import CONTINUE, ActorListener, Continue, actor_listener
+from .response import Response
+
+__all__ = [
+    "CONTINUE",
+    "ActorListener",
+    "AgentScope",
+    "Continue",
+    "Disposer",
+    "ExecutionCancelledError",
+    "ObjectLostError",
+    "PlacementError",
+    "Plugin",
+    "PolicyUnavailableError",
+    "RayRuntimeError",
+    "RegistryUnavailableError",
+    "Response",
+    "ScopeUnavailableError",
+    "ToolRegistry",
+    "WorkerCrashedError",
+    "actor_listener",
+    "ensure_ray",
+]

@@ -1,0 +1,524 @@
+"""The clients: :class:`ToolRegistry`, :class:`AgentScope` and :class:`Plugin`.
+
+They mirror the specification's service in snake_case over the registry actor and the
+agent scope actors. Every call returns a :class:`~dsh_actors.runtime.response.Response`:
+``await`` it in async code, ``.result(timeout_s=...)`` in a plain driver. Clients pickle
+as their names and reconnect on the other side, so an actor or a task can receive one.
+
+Lifetimes: registrations made directly on a registry or scope live until disposed (or
+until their registry goes away); a :meth:`ToolRegistry.plugin` handle groups
+registrations that are disposed together — explicitly, or when the process that made the
+plugin (a driver, a job, an actor) dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Mapping
+
+import ray
+
+from ..core.errors import HarnessError, error_result
+from ..core.jsonvalue import NotLosslessJSONError, snapshot
+from ..core.pipeline import ExecutionPlan, finish
+from ..core.registry import Event, check_guard, check_listener, snapshot_definition
+from ..core.signal import AbortSignal
+from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
+from .errors import RegistryUnavailableError, ScopeUnavailableError, translate
+from .execution import STALE, run_execution
+from .local import ensure_ray
+from .registry_actor import PlanTicket, RegistryActor, scope_actor_name
+from .response import Response
+from .version import version_key
+
+__all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
+
+DEFAULT_NAMESPACE = "dsh-actors"
+_FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
+_STALE_RETRIES = 3
+CANCEL_GRACE_S = 2.0
+"""How long a cancelled call gets to stop on its own before its worker is killed."""
+
+
+def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
+    """Cancel an execution task: politely first, then (still running after ``grace_s``)
+    by killing its worker. Executions never retry, so a killed call does not run again."""
+    try:
+        ray.cancel(ref)
+    except Exception:
+        return
+
+    def force() -> None:
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+
+    timer = threading.Timer(grace_s, force)
+    timer.daemon = True
+    timer.start()
+
+
+async def _call(method: Any, *args: Any, unavailable: type[HarnessError], what: str) -> Any:
+    """One actor call; Ray's failures become ours (an application error is re-raised as is)."""
+    try:
+        return await method.remote(*args)
+    except ray.exceptions.RayError as exc:
+        raise translate(exc, actor=unavailable, what=what) from None
+
+
+class Disposer:
+    """Undoes one registration: ``await disposer()`` or ``disposer().result()``. Idempotent."""
+
+    __slots__ = ("_undo", "_done", "_lock")
+
+    def __init__(self, undo: Callable[[], Any]) -> None:
+        self._undo = undo
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Response[None]:
+        with self._lock:
+            if self._done:
+                return Response.of(None)
+            self._done = True
+        return Response(self._undo)
+
+    @property
+    def disposed(self) -> bool:
+        return self._done
+
+
+# --- the owner anchor: fate-sharing plugins with the process that made them -------------
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _OwnerAnchor:
+    """A tiny actor owned by one client process: Ray kills it when that process dies,
+    which tells the registry to dispose that process's plugins."""
+
+    async def wait(self) -> None:
+        await asyncio.Event().wait()
+
+
+_anchor: Any = None
+_anchor_lock = threading.Lock()
+
+
+def _process_anchor() -> Any:
+    global _anchor
+    with _anchor_lock:
+        if _anchor is None:
+            _anchor = _OwnerAnchor.remote()
+        return _anchor
+
+
+# --- execution --------------------------------------------------------------------------
+
+
+def _fields_of(call: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's input, each field read once, as plain fields."""
+    if call is None:
+        fields: dict[str, Any] = {}
+    elif isinstance(call, Mapping):
+        fields = {key: call[key] for key in _FIELDS if key in call}
+    else:
+        fields = {key: getattr(call, key) for key in _FIELDS if hasattr(call, key)}
+    fields.update(overrides)
+    return fields
+
+
+class _NotShippable:
+    """Stands in for arguments that are not lossless JSON: the task's creation stage
+    rejects it with the reference text, so the error path is the same as in process."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_NotShippable, ())
+
+
+_LOCAL_PLANS: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
+
+
+async def _local_plan(ticket: PlanTicket) -> ExecutionPlan | None:
+    key = ticket.plan_box[0].hex()
+    plan = _LOCAL_PLANS.get(key)
+    if plan is None:
+        try:
+            plan = await ticket.plan_box[0]
+        except ray.exceptions.RayError:
+            return None
+        _LOCAL_PLANS[key] = plan
+        if len(_LOCAL_PLANS) > 64:
+            _LOCAL_PLANS.popitem(last=False)
+    return plan
+
+
+class _Executor:
+    """Runs calls for one registry: plan tickets per scope, submission, failure mapping."""
+
+    def __init__(self, registry: "ToolRegistry") -> None:
+        self._registry = registry
+        self._tickets: dict[str | None, PlanTicket] = {}
+        self._key = version_key(registry.namespace, registry.name)
+
+    async def _ticket(self, agent: str | None, refresh: bool) -> PlanTicket:
+        ticket = None if refresh else self._tickets.get(agent)
+        if ticket is None:
+            if agent is None:
+                ticket = await _call(self._registry._handle().plan, unavailable=RegistryUnavailableError,
+                                     what="the registry")
+            else:
+                handle = await self._registry._scope_handle(agent)
+                ticket = await _call(handle.plan, unavailable=ScopeUnavailableError,
+                                     what=f"the scope of agent {agent!r}")
+            self._tickets[agent] = ticket
+        return ticket
+
+    def forget(self, agent: str | None) -> None:
+        self._tickets.pop(agent, None)
+
+    async def execute(self, fields: dict[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
+        token = ExecutionToken()
+        signal = fields.pop("signal", None)
+        agent = fields.get("agent")
+        try:
+            fields["arguments"] = snapshot(fields.get("arguments"))
+        except NotLosslessJSONError:
+            fields["arguments"] = _NotShippable()
+        ticket: PlanTicket | None = None
+        try:
+            for attempt in range(_STALE_RETRIES + 1):
+                ticket = await self._ticket(agent if isinstance(agent, str) else None, refresh=attempt > 0)
+                check = ticket.version if attempt < _STALE_RETRIES else None
+                options = ticket.placements.get(fields.get("name"), {"max_retries": 0})
+                ref = run_execution.options(**options).remote(token, fields, check, ticket.plan_box, self._key)
+                cancel_box[:] = [ref]
+                remove = signal.add_listener(lambda _: cancel_task(ref)) if isinstance(signal, AbortSignal) else None
+                try:
+                    outcome = await ref
+                finally:
+                    if remove is not None:
+                        remove()
+                if outcome != STALE:
+                    return outcome
+        except asyncio.CancelledError:
+            if cancel_box:
+                cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too
+            raise
+        except Exception as exc:
+            failure = translate(exc, what=f'tool call "{fields.get("name")}" ({fields.get("call_id")})')
+            return await self._finish_here(token, fields, ticket, failure)
+        raise AssertionError("unreachable: the last attempt never checks freshness")
+
+    async def _finish_here(self, token: ExecutionToken, fields: dict[str, Any], ticket: PlanTicket | None,
+                           failure: BaseException) -> ToolExecutionResult:
+        """The call's process died or was cancelled: finish it here, once, so observers
+        still hear it and the caller still gets exactly one result."""
+        arguments = fields.get("arguments")
+        execution = ToolExecution(
+            call_id=fields.get("call_id") if isinstance(fields.get("call_id"), str) else "",
+            name=fields.get("name") if isinstance(fields.get("name"), str) else "",
+            arguments=None if isinstance(arguments, _NotShippable) else arguments,
+            agent=fields.get("agent") if isinstance(fields.get("agent"), str) else None,
+            parent=fields.get("parent") if isinstance(fields.get("parent"), ExecutionToken) else None,
+            token=token,
+        )
+        plan = await _local_plan(ticket) if ticket is not None else None
+        return finish(execution, error_result(failure), plan)
+
+
+class _Registrar:
+    """What registries, scopes and plugins share: registration and listener methods."""
+
+    _owner: str | None = None
+
+    def _registry_client(self) -> "ToolRegistry":
+        raise NotImplementedError
+
+    def _scope(self) -> str | None:
+        return None
+
+    def on(self, event: Event, listener: Callable[..., Any], *, prepend: bool = False) -> Response[Disposer]:
+        """Add a listener (a plain callable or an :func:`actor_listener`) to ``event``."""
+        check_listener(event, listener)
+        registry = self._registry_client()
+        return registry._registration(registry._handle().on, event, listener, self._scope(), prepend, self._owner)
+
+
+class ToolRegistry(_Registrar):
+    """Client of the registry actor named ``name`` in ``namespace``.
+
+    ``ToolRegistry.connect(name)`` gets or creates it (starting a local Ray instance when
+    none is running). ``detached=True`` makes a fresh registry outlive the driver that
+    created it (for long-lived fleets).
+    """
+
+    def __init__(self, name: str, namespace: str, handle: Any = None) -> None:
+        self.name = name
+        self.namespace = namespace
+        self._actor = handle
+        self._scope_handles: dict[str, Any] = {}
+        self._executor = _Executor(self)
+
+    @classmethod
+    def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE,
+                detached: bool = False) -> "ToolRegistry":
+        """Get or create the registry actor ``name`` and return its client."""
+        ensure_ray()
+        options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
+        if detached:
+            options["lifetime"] = "detached"
+        handle = RegistryActor.options(**options).remote(name, namespace, detached)
+        return cls(name, namespace, handle)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ToolRegistry, (self.name, self.namespace))
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry {self.namespace}/{self.name}>"
+
+    def _handle(self) -> Any:
+        if self._actor is None:
+            self._actor = ray.get_actor(self.name, namespace=self.namespace)
+        return self._actor
+
+    def _registry_client(self) -> "ToolRegistry":
+        return self
+
+    async def _scope_handle(self, agent: str) -> Any:
+        handle = self._scope_handles.get(agent)
+        if handle is None:
+            handle = await _call(self._handle().ensure_scope, agent, unavailable=RegistryUnavailableError,
+                                 what="the registry")
+            self._scope_handles[agent] = handle
+        return handle
+
+    def _registration(self, method: Any, *args: Any, dispose: Any = None) -> Response[Disposer]:
+        async def run() -> Disposer:
+            reg_id = await _call(method, *args, unavailable=RegistryUnavailableError, what="the registry")
+            target = dispose or self._handle().dispose
+
+            async def undo() -> None:
+                await _call(target, reg_id, unavailable=RegistryUnavailableError, what="the registry")
+            return Disposer(undo)
+
+        return Response(run)
+
+    # registrations (global)
+
+    def register(self, definition: Any) -> Response[Disposer]:
+        """Register a tool globally as a frozen snapshot (callbacks captured now)."""
+        frozen = snapshot_definition(definition)
+        return self._registration(self._handle().register, frozen, None)
+
+    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
+        """Add a global guard ``guard(execution) -> reason | None``."""
+        check_guard(guard)
+        return self._registration(self._handle().guard, guard, None)
+
+    def on_change(self, listener: Callable[[], Any]) -> Response[Disposer]:
+        """``tools/change``: unfiltered, called in the registry actor after each change;
+        a listener that raises rolls a registration back."""
+        return self._registration(self._handle().on_change, listener, None)
+
+    def restrict(self, *_: Any, **__: Any) -> Response[Disposer]:
+        """Always raises: restrictions belong to an agent scope."""
+        from ..core.errors import RestrictionError
+
+        raise RestrictionError(
+            "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
+            "masks one agent's view of the global tools"
+        )
+
+    # views (global)
+
+    def _view(self, method: str, *args: Any) -> Response[Any]:
+        return Response(lambda: _call(getattr(self._handle(), method), *args,
+                                      unavailable=RegistryUnavailableError, what="the registry"))
+
+    def get(self, name: str, scope: str | None = None) -> Response[ToolDefinition | None]:
+        return self.scope(scope).get(name) if scope is not None else self._view("get", name)
+
+    def visible(self, scope: str | None = None) -> Response[list[ToolDefinition]]:
+        return self.scope(scope).visible() if scope is not None else self._view("visible")
+
+    def known_names(self, scope: str | None = None) -> Response[list[str]]:
+        return self.scope(scope).known_names() if scope is not None else self._view("known_names")
+
+    def schemas(self, scope: str | None = None) -> Response[list[ToolSchema]]:
+        return self.scope(scope).schemas() if scope is not None else self._view("schemas")
+
+    # execution
+
+    def execute(self, call: Any = None, /, **fields: Any) -> Response[ToolExecutionResult]:
+        """Run one call through the pipeline in a Ray task; resolves to exactly one result.
+
+        Accepts a :class:`ToolExecutionInput`, a mapping, or keyword fields. ``signal``
+        (an :class:`AbortSignal`) cancels the task when it aborts. ``response.cancel()``
+        does the same. A crash, cancellation or lost object becomes an ``is_error`` result
+        with a stable code; observers hear every call exactly once.
+        """
+        merged = _fields_of(call, fields)
+        cancel_box: list[Any] = []
+
+        def cancel() -> None:
+            if cancel_box:
+                cancel_task(cancel_box[0])
+
+        return Response(lambda: self._executor.execute(merged, cancel_box), on_cancel=cancel)
+
+    # scopes and plugins
+
+    def scope(self, agent_id: str) -> "AgentScope":
+        """The scope client of ``agent_id``; its actor is created on first use."""
+        if not isinstance(agent_id, str) or not agent_id:
+            raise TypeError("an agent scope needs a non-empty str agent id")
+        return AgentScope(self, agent_id)
+
+    def plugin(self, name: str) -> "Plugin":
+        """A handle whose registrations are disposed together, explicitly or when this
+        process dies."""
+        return Plugin(self, name)
+
+    def shutdown(self) -> None:
+        """Kill the registry actor and every scope actor it made (ends the registry)."""
+        handle = self._handle()
+        try:
+            agents = ray.get(handle.scopes.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            agents = []
+        for agent in agents:
+            try:
+                ray.kill(ray.get_actor(scope_actor_name(self.name, agent), namespace=self.namespace))
+            except ValueError:
+                pass
+        ray.kill(handle)
+
+
+class AgentScope(_Registrar):
+    """One agent's view and layer: scoped tools, restrictions, guards and listeners."""
+
+    def __init__(self, registry: ToolRegistry, agent_id: str) -> None:
+        self.registry = registry
+        self.agent_id = agent_id
+        self._owner = f"scope:{agent_id}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AgentScope, (self.registry, self.agent_id))
+
+    def __repr__(self) -> str:
+        return f"<AgentScope {self.agent_id!r} of {self.registry!r}>"
+
+    def _registry_client(self) -> ToolRegistry:
+        return self.registry
+
+    def _scope(self) -> str | None:
+        return self.agent_id
+
+    def _scoped(self, method: str, *args: Any) -> Response[Any]:
+        async def run() -> Any:
+            handle = await self.registry._scope_handle(self.agent_id)
+            return await _call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+                               what=f"the scope of agent {self.agent_id!r}")
+        return Response(run)
+
+    def _scoped_registration(self, method: str, *args: Any) -> Response[Disposer]:
+        async def run() -> Disposer:
+            handle = await self.registry._scope_handle(self.agent_id)
+            reg_id = await _call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+                                 what=f"the scope of agent {self.agent_id!r}")
+
+            async def undo() -> None:
+                await _call(handle.dispose, reg_id, unavailable=ScopeUnavailableError,
+                            what=f"the scope of agent {self.agent_id!r}")
+            return Disposer(undo)
+        return Response(run)
+
+    def register(self, definition: Any) -> Response[Disposer]:
+        """Register a tool for this agent alone (shadowing a same-named global in place)."""
+        return self._scoped_registration("register", snapshot_definition(definition))
+
+    def restrict(self, spec: Mapping[str, Any] | None = None, *, allow: Iterable[str] | None = None,
+                 deny: Iterable[str] | None = None) -> Response[Disposer]:
+        """Mask the global tools for this agent (``allow`` keeps only, ``deny`` hides)."""
+        merged = dict(spec or {})
+        if allow is not None:
+            merged["allow"] = list(allow)
+        if deny is not None:
+            merged["deny"] = list(deny)
+        return self._scoped_registration("restrict", merged)
+
+    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
+        """Add a guard that applies to this agent's calls only."""
+        check_guard(guard)
+        return self._scoped_registration("guard", guard)
+
+    def get(self, name: str) -> Response[ToolDefinition | None]:
+        return self._scoped("get", name)
+
+    def visible(self) -> Response[list[ToolDefinition]]:
+        return self._scoped("visible")
+
+    def known_names(self) -> Response[list[str]]:
+        return self._scoped("known_names")
+
+    def schemas(self) -> Response[list[ToolSchema]]:
+        return self._scoped("schemas")
+
+    def execute(self, call: Any = None, /, **fields: Any) -> Response[ToolExecutionResult]:
+        """Execute on this agent's behalf (``agent`` is this scope's id)."""
+        return self.registry.execute(call, **{**fields, "agent": self.agent_id})
+
+    def close(self) -> Response[None]:
+        """Dispose everything this scope registered (its actor stays, empty, for reuse)."""
+        return self._scoped("close")
+
+
+class Plugin(_Registrar):
+    """Global registrations grouped under one owner, disposed together.
+
+    Disposed by :meth:`dispose`, or by the registry when the process that created the
+    plugin dies (a tiny actor fate-shared with that process tells it).
+    """
+
+    def __init__(self, registry: ToolRegistry, name: str) -> None:
+        self.registry = registry
+        self.name = name
+        self._owner = f"plugin:{name}:{uuid.uuid4().hex}"
+        self._watched = False
+        self._lock = threading.Lock()
+
+    def _registry_client(self) -> ToolRegistry:
+        return self.registry
+
+    def _watch(self) -> None:
+        with self._lock:
+            if self._watched:
+                return
+            self._watched = True
+        self.registry._handle().watch_owner.remote(self._owner, _process_anchor())
+
+    def register(self, definition: Any) -> Response[Disposer]:
+        self._watch()
+        return self.registry._registration(self.registry._handle().register, snapshot_definition(definition),
+                                           self._owner)
+
+    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
+        check_guard(guard)
+        self._watch()
+        return self.registry._registration(self.registry._handle().guard, guard, self._owner)
+
+    def on(self, event: Event, listener: Callable[..., Any], *, prepend: bool = False) -> Response[Disposer]:
+        self._watch()
+        return super().on(event, listener, prepend=prepend)
+
+    def dispose(self) -> Response[int]:
+        """Dispose every registration of this plugin, last first; resolves to how many."""
+        return Response(lambda: _call(self.registry._handle().dispose_owner, self._owner,
+                                      unavailable=RegistryUnavailableError, what="the registry"))
+

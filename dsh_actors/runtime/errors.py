@@ -1,0 +1,120 @@
+"""The one place Ray's exceptions become ours (httpx's transport boundary).
+
+::
+
+    HarnessError
+    ├── PolicyUnavailableError    POLICY_UNAVAILABLE   a policy actor died, hung or is unreachable
+    ├── WorkerCrashedError        WORKER_CRASHED       the process running the call died
+    ├── ExecutionCancelledError   CANCELLED            the call's task was cancelled
+    ├── ObjectLostError           OBJECT_LOST          a value the call needed is gone
+    ├── ScopeUnavailableError     SCOPE_UNAVAILABLE    an agent scope actor is gone
+    ├── RegistryUnavailableError  REGISTRY_UNAVAILABLE the registry actor is gone
+    ├── PlacementError            PLACEMENT_FAILED     no node can run the tool (resources, runtime_env)
+    └── RayRuntimeError           RAY_ERROR            any other Ray failure
+
+Raw Ray exceptions never reach callers, observers or logs: :func:`translate` maps them,
+chaining the original as ``__cause__``; an application error raised inside a remote call
+is unwrapped to the original exception.
+"""
+
+from __future__ import annotations
+
+import ray.exceptions as rx
+
+from ..core.errors import HarnessError, error_message
+
+__all__ = [
+    "ExecutionCancelledError",
+    "ObjectLostError",
+    "PlacementError",
+    "PolicyUnavailableError",
+    "RayRuntimeError",
+    "RegistryUnavailableError",
+    "ScopeUnavailableError",
+    "WorkerCrashedError",
+    "translate",
+]
+
+
+class PolicyUnavailableError(HarnessError):
+    """A listener living in a policy actor could not answer; the call fails closed."""
+
+    code = "POLICY_UNAVAILABLE"
+
+
+class WorkerCrashedError(HarnessError):
+    """The worker process running the call died (a crash, ``os._exit``, OOM, node loss)."""
+
+    code = "WORKER_CRASHED"
+
+
+class ExecutionCancelledError(HarnessError):
+    """The call's task was cancelled before it produced a result."""
+
+    code = "CANCELLED"
+
+
+class ObjectLostError(HarnessError):
+    """A value the call needed (its plan, its result) was lost from the object store."""
+
+    code = "OBJECT_LOST"
+
+
+class ScopeUnavailableError(HarnessError):
+    """The agent's scope actor is gone (closed, or its node died)."""
+
+    code = "SCOPE_UNAVAILABLE"
+
+
+class RegistryUnavailableError(HarnessError):
+    """The registry actor is gone."""
+
+    code = "REGISTRY_UNAVAILABLE"
+
+
+class PlacementError(HarnessError):
+    """The tool's Ray options cannot be satisfied (resources, runtime_env)."""
+
+    code = "PLACEMENT_FAILED"
+
+
+class RayRuntimeError(HarnessError):
+    """Any other failure of the Ray runtime."""
+
+    code = "RAY_ERROR"
+
+
+def _why(exc: BaseException) -> str:
+    text = error_message(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError, what: str = "the call") -> BaseException:
+    """Our exception for a Ray exception (the original is chained); others pass through.
+
+    ``actor`` is the class to use when an actor died (a scope, the registry, a policy).
+    """
+    if isinstance(exc, rx.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException) and not isinstance(cause, rx.RayError):
+            return cause
+        return translate(cause, actor=actor, what=what) if isinstance(cause, rx.RayError) else RayRuntimeError(_why(exc))
+    mapped: HarnessError
+    if isinstance(exc, rx.TaskCancelledError):
+        mapped = ExecutionCancelledError(f"{what} was cancelled")
+    elif isinstance(exc, (rx.WorkerCrashedError, rx.NodeDiedError, rx.LocalRayletDiedError)):
+        mapped = WorkerCrashedError(f"the worker running {what} died before it finished ({_why(exc)})")
+    elif isinstance(exc, rx.OutOfMemoryError):
+        mapped = WorkerCrashedError(f"the worker running {what} was killed for lack of memory")
+    elif isinstance(exc, rx.ObjectLostError):
+        mapped = ObjectLostError(f"a value {what} needed was lost ({type(exc).__name__})")
+    elif isinstance(exc, (rx.RayActorError, rx.ActorUnavailableError)):
+        mapped = actor(f"{what}: the actor is unavailable ({_why(exc)})")
+    elif isinstance(exc, (rx.TaskUnschedulableError, rx.ActorUnschedulableError, rx.RuntimeEnvSetupError)):
+        mapped = PlacementError(f"{what} cannot be placed: {_why(exc)}")
+    elif isinstance(exc, rx.RayError):
+        mapped = RayRuntimeError(f"{what} failed in the Ray runtime: {_why(exc)}")
+    else:
+        return exc
+    mapped.__cause__ = exc
+    return mapped

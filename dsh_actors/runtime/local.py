@@ -1,0 +1,32 @@
+"""Connecting to Ray: the current cluster if there is one, else a local instance.
+
+A local instance is started on loopback only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+keeps every address on 127.0.0.1 in Ray 2.60; recheck on upgrades), without a dashboard
+unless asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+from ray._private import ray_constants
+
+__all__ = ["ensure_ray"]
+
+
+def ensure_ray(**init_options: Any) -> None:
+    """Initialise Ray once: ``RAY_ADDRESS`` (or an address option) joins a cluster;
+    otherwise a local instance starts on 127.0.0.1."""
+    if ray.is_initialized():
+        return
+    options: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True}
+    options.update(init_options)
+    if "address" not in options and not os.environ.get("RAY_ADDRESS"):
+        # Starting our own instance: loopback only. Ray reads the switch at import time,
+        # so set both the environment (for the processes it starts) and its constant.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        options.setdefault("_node_ip_address", "127.0.0.1")
+    ray.init(**options)

@@ -1,0 +1,247 @@
+"""The registry actor: one named actor per registry, owning the global layer.
+
+It holds the global tools, global guards, every listener chain (scoped listeners are
+kept here with their scope, so one sequence orders them all), the ``tools/change``
+listeners, the approval seam, and the registry version. Agent scope actors report their
+own changes through :meth:`RegistryActor.bump`; the registry is the version's only
+writer. ``RegistryCore`` is the plain class; the actor is a thin shell over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, Callable
+
+import ray
+
+from ..core.errors import error_message
+from ..core.pipeline import ExecutionPlan
+from ..core.registry import RegistryState, snapshot_definition
+from ..core.types import ToolDefinition, ToolSchema
+from .placement import execution_options
+from .version import read_version, version_key, write_version
+
+__all__ = ["PlanTicket", "RegistryActor", "RegistryCore", "scope_actor_name"]
+
+log = logging.getLogger("dsh_actors.runtime")
+
+
+def scope_actor_name(registry: str, agent: str) -> str:
+    return f"dsh-scope:{registry}:{agent}"
+
+
+class PlanTicket:
+    """What a client caches per scope: the version, the plan's object ref (boxed, so a
+    task receives the ref and fetches the plan only on a cache miss) and each visible
+    tool's execution options."""
+
+    __slots__ = ("version", "plan_box", "placements")
+
+    def __init__(self, version: int, plan_box: list[Any], placements: dict[str, dict[str, Any]]) -> None:
+        self.version = version
+        self.plan_box = plan_box
+        self.placements = placements
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PlanTicket, (self.version, self.plan_box, self.placements))
+
+
+def placements_of(plan: ExecutionPlan) -> dict[str, dict[str, Any]]:
+    return {name: execution_options(definition) for name, definition in plan.tools.items()}
+
+
+class RegistryCore:
+    """The registry's state and bookkeeping, without Ray's actor machinery."""
+
+    def __init__(self, name: str, namespace: str, publish: Callable[[int], None]) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.state = RegistryState()
+        self._publish = publish
+        self.version = 0
+        self._ids = itertools.count(1)
+        self._undo: dict[int, tuple[str | None, Callable[[], None]]] = {}
+        self._by_owner: dict[str, list[int]] = {}
+
+    def bump(self) -> int:
+        """Publish a new version: every cached plan older than it is refused by executions."""
+        self.version += 1
+        self._publish(self.version)
+        return self.version
+
+    def _track(self, owner: str | None, undo: Callable[[], None]) -> int:
+        reg_id = next(self._ids)
+        self._undo[reg_id] = (owner, undo)
+        if owner is not None:
+            self._by_owner.setdefault(owner, []).append(reg_id)
+        self.bump()
+        return reg_id
+
+    def register(self, definition: Any, owner: str | None) -> int:
+        frozen = snapshot_definition(definition)
+        execution_options(frozen)  # misuse of Ray options fails loud, now
+        return self._track(owner, self.state.add_tool(frozen))
+
+    def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
+        return self._track(owner, self.state.add_guard(guard, None))
+
+    def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool, owner: str | None) -> int:
+        return self._track(owner, self.state.add_listener(event, listener, scope, prepend))
+
+    def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
+        return self._track(owner, self.state.add_change_listener(listener))
+
+    def dispose(self, reg_id: int) -> None:
+        entry = self._undo.pop(reg_id, None)
+        if entry is None:
+            return
+        owner, undo = entry
+        if owner is not None and reg_id in self._by_owner.get(owner, ()):
+            self._by_owner[owner].remove(reg_id)
+        try:
+            undo()
+        finally:
+            self.bump()
+
+    def dispose_owner(self, owner: str) -> int:
+        """Dispose every registration of ``owner``, last first; returns how many."""
+        ids = self._by_owner.pop(owner, [])
+        for reg_id in reversed(ids):
+            try:
+                self.dispose(reg_id)
+            except Exception as exc:  # a change listener failing must not keep the rest alive
+                log.warning("disposing registration %s of %s: %s", reg_id, owner, error_message(exc))
+        return len(ids)
+
+    def drop_scope(self, agent: str) -> None:
+        self.state.drop_scope(agent)
+        self.bump()
+
+    def global_names(self) -> list[str]:
+        return list(self.state.globals)
+
+    def base_plan(self, agent: str | None) -> tuple[int, ExecutionPlan]:
+        return self.version, self.state.base_plan(agent)
+
+    def get(self, name: str) -> ToolDefinition | None:
+        return self.state.globals.get(name)
+
+    def visible(self) -> list[ToolDefinition]:
+        return list(self.state.globals.values())
+
+    def schemas(self) -> list[ToolSchema]:
+        return [d.schema() for d in self.state.globals.values()]
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class RegistryActor:
+    """Ray shell over :class:`RegistryCore`. Its methods are what clients call."""
+
+    def __init__(self, name: str, namespace: str, detached: bool) -> None:
+        key = version_key(namespace, name)
+        self._core = RegistryCore(name, namespace, lambda v: write_version(key, v))
+        self._core.version = read_version(key)  # a recreated registry never reuses a version
+        self._core.bump()
+        self._detached = detached
+        self._scopes: dict[str, Any] = {}
+        self._plans: dict[int, Any] = {}
+        self._watchers: set[asyncio.Task[Any]] = set()
+
+    # registrations
+
+    def register(self, definition: Any, owner: str | None) -> int:
+        return self._core.register(definition, owner)
+
+    def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
+        return self._core.guard(guard, owner)
+
+    def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool, owner: str | None) -> int:
+        return self._core.on(event, listener, scope, prepend, owner)
+
+    def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
+        return self._core.on_change(listener, owner)
+
+    def dispose(self, reg_id: int) -> None:
+        self._core.dispose(reg_id)
+
+    def dispose_owner(self, owner: str) -> int:
+        return self._core.dispose_owner(owner)
+
+    def bump(self) -> int:
+        return self._core.bump()
+
+    async def watch_owner(self, owner: str, anchor: Any) -> None:
+        """Dispose ``owner``'s registrations when ``anchor`` (fate-shared with it) dies."""
+        async def watch() -> None:
+            try:
+                await anchor.wait.remote()
+            except Exception:
+                pass
+            count = self._core.dispose_owner(owner)
+            log.info("owner %s is gone: disposed %d registrations", owner, count)
+
+        task = asyncio.get_running_loop().create_task(watch())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    # views and plans
+
+    def version(self) -> int:
+        return self._core.version
+
+    def global_names(self) -> list[str]:
+        return self._core.global_names()
+
+    def base_plan(self, agent: str | None) -> tuple[int, ExecutionPlan]:
+        return self._core.base_plan(agent)
+
+    def plan(self) -> PlanTicket:
+        """The ticket for calls with no agent (the global view)."""
+        version, plan = self._core.base_plan(None)
+        ticket = self._plans.get(version)
+        if ticket is None:
+            self._plans = {version: PlanTicket(version, [ray.put(plan)], placements_of(plan))}
+            ticket = self._plans[version]
+        return ticket
+
+    def get(self, name: str) -> ToolDefinition | None:
+        return self._core.get(name)
+
+    def visible(self) -> list[ToolDefinition]:
+        return self._core.visible()
+
+    def known_names(self) -> list[str]:
+        return self._core.global_names()
+
+    def schemas(self) -> list[ToolSchema]:
+        return self._core.schemas()
+
+    # scopes
+
+    def ensure_scope(self, agent: str) -> Any:
+        """The scope actor of ``agent``, created on first use (it lives as long as the registry)."""
+        from .scope_actor import ScopeActor
+
+        handle = self._scopes.get(agent)
+        if handle is None:
+            options: dict[str, Any] = {
+                "name": scope_actor_name(self._core.name, agent), "namespace": self._core.namespace,
+                "get_if_exists": True,
+            }
+            if self._detached:
+                options["lifetime"] = "detached"
+            handle = ScopeActor.options(**options).remote(self._core.name, self._core.namespace, agent)
+            self._scopes[agent] = handle
+        return handle
+
+    def drop_scope(self, agent: str) -> None:
+        self._scopes.pop(agent, None)
+        self._core.drop_scope(agent)
+
+    def scopes(self) -> list[str]:
+        return sorted(self._scopes)
+
+    def ping(self) -> str:
+        return "pong"

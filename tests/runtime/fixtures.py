@@ -1,0 +1,115 @@
+"""Tools and policies shared by the runtime tests (pickled by value into workers)."""
+
+import os
+
+import ray
+
+from dsh_actors import accept, block, define_tool, deny, text_block
+from dsh_actors.runtime import CONTINUE, Continue
+
+
+def echo(name="echo", **extra):
+    options = dict(name=name, description="echo arguments back", parameters={"text": {"type": "string"}},
+                   execute=lambda args, ctx: [text_block(args.get("text", ""))])
+    return define_tool(**{**options, **extra})
+
+
+def where_am_i(name="where", **extra):
+    """A tool that answers with the node and process it ran in."""
+    def body(args, ctx):
+        context = ray.get_runtime_context()
+        return [text_block(f"{context.get_node_id()} {os.getpid()}")]
+    return define_tool(name=name, description="report placement", parameters={}, execute=body, **extra)
+
+
+@ray.remote(num_cpus=0)
+class Recorder:
+    """Collects what observers and tool bodies report."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, item):
+        self.items.append(item)
+
+    def all(self):
+        return list(self.items)
+
+
+@ray.remote(num_cpus=0)
+class Policy:
+    """The scenario's policies as a policy actor (shared state: a call counter)."""
+
+    def __init__(self, recorder=None):
+        self.recorder = recorder
+        self.seen = 0
+
+    def gate(self, execution):
+        self.seen += 1
+        if execution.name == "secret":
+            return deny("secrets are off limits")
+        return CONTINUE
+
+    def gate_around(self, execution):
+        return Continue(after="gate_after")
+
+    def gate_after(self, execution, decision):
+        return None
+
+    def redact(self, execution, result):
+        if "password" in result.text:
+            return block("output withheld: it contained a secret")
+        return CONTINUE
+
+    def stamp(self, execution):
+        return Continue(after="stamp_after")
+
+    def stamp_after(self, execution, result):
+        return result.evolve(content=[text_block(result.text + " [stamped]")])
+
+    def no_writes(self, execution):
+        return "writes are disabled" if execution.name == "write" else None
+
+    def observe(self, execution, result):
+        self.recorder.add.remote((execution.call_id, result.is_error))
+
+    def count(self):
+        return self.seen
+
+    def hang(self, execution):
+        import time
+        time.sleep(60)
+        return CONTINUE
+
+    def explode(self, execution):
+        raise ValueError("policy exploded")
+
+
+def plain_policies(recorder):
+    """The same scenario's policies as plain callables."""
+
+    async def gate(execution, call_next):
+        if execution.name == "secret":
+            return deny("secrets are off limits")
+        return await call_next()
+
+    async def redact(execution, result, call_next):
+        if "password" in result.text:
+            return block("output withheld: it contained a secret")
+        return await call_next()
+
+    async def stamp(execution, call_next):
+        result = await call_next()
+        return result.evolve(content=[text_block(result.text + " [stamped]")])
+
+    def no_writes(execution):
+        return "writes are disabled" if execution.name == "write" else None
+
+    def observe(execution, result):
+        recorder.add.remote((execution.call_id, result.is_error))
+
+    return {"gate": gate, "redact": redact, "stamp": stamp, "no_writes": no_writes, "observe": observe}
+
+
+def accept_all(execution, result, call_next):
+    return accept()

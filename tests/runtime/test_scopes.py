@@ -1,0 +1,155 @@
+"""Registry and agent scope actors: registration, shadowing, restrictions, guards, views."""
+
+import asyncio
+
+import pytest
+import ray
+
+from dsh_actors import DefinitionError, DuplicateToolError, RestrictionError
+from dsh_actors.runtime import Disposer, Response
+
+from .fixtures import echo
+
+T = 60
+
+
+def names(definitions):
+    return [d.name for d in definitions]
+
+
+def ex(target, call_id="c", name="echo", **args):
+    return target.execute(call_id=call_id, name=name, arguments=args).result(T)
+
+
+def test_a_registration_returns_a_disposer_and_every_view_sees_it_at_once(registry):
+    dispose = registry.register(echo()).result(T)
+    assert isinstance(dispose, Disposer)
+    assert names(registry.visible().result(T)) == ["echo"]
+    assert ex(registry, text="hi").text == "hi"
+    assert ex(registry.scope("a1"), text="scoped").text == "scoped"
+    dispose().result(T)
+    dispose().result(T)  # idempotent
+    assert registry.visible().result(T) == []
+    assert ex(registry.scope("a1")).error["code"] == "UNKNOWN_TOOL"
+    assert ex(registry).error["code"] == "UNKNOWN_TOOL"
+
+
+def test_misuse_raises_the_same_classes_as_in_process(registry):
+    registry.register(echo()).result(T)
+    with pytest.raises(DuplicateToolError, match=r"already registered.*registry\.scope"):
+        registry.register(echo()).result(T)
+    with pytest.raises(DefinitionError, match="timeout_ms must be a positive finite number"):
+        registry.register({"name": "t", "description": "d", "parameters": {}, "execute": print,
+                           "timeout_ms": -1})
+    with pytest.raises(DefinitionError, match="max_retries without"):
+        registry.register(echo("risky", extras={"ray_options": {"max_retries": 2}})).result(T)
+    with pytest.raises(RestrictionError, match="requires a scoped context"):
+        registry.restrict(allow=["echo"])
+
+
+def test_several_agents_each_see_their_own_view_through_their_own_scope_actor(registry):
+    for tool in ("read", "write", "shell"):
+        registry.register(echo(tool)).result(T)
+    reader, writer, custom = registry.scope("reader"), registry.scope("writer"), registry.scope("custom")
+    reader.restrict(allow=["read"]).result(T)
+    writer.restrict(deny=["shell"]).result(T)
+    custom.register(echo("write", execute=lambda a, c: [{"type": "text", "text": "custom write"}])).result(T)
+    custom.register(echo("mine")).result(T)
+    assert names(reader.visible().result(T)) == ["read"]
+    assert names(writer.visible().result(T)) == ["read", "write"]
+    assert names(custom.visible().result(T)) == ["read", "write", "shell", "mine"]
+    assert names(registry.visible().result(T)) == ["read", "write", "shell"]
+    assert ex(custom, name="write").text == "custom write"
+    assert ex(writer, name="write", text="global").text == "global"
+    assert ex(reader, name="write").text == 'Error: unknown tool "write"'
+    assert [s["name"] for s in custom.schemas().result(T)] == ["read", "write", "shell", "mine"]
+    assert custom.known_names().result(T) == ["read", "write", "shell", "mine"]
+    assert registry.get("write", "custom").result(T).description == "echo arguments back"
+    assert sorted(ray.get(registry._handle().scopes.remote(), timeout=T)) == ["custom", "reader", "writer"]
+
+
+def test_restrictions_validate_against_global_names_and_intersect(registry):
+    registry.register(echo("a")).result(T)
+    registry.register(echo("b")).result(T)
+    scope = registry.scope("agent")
+    scope.register(echo("local")).result(T)
+    with pytest.raises(RestrictionError, match='unknown global tool "local"; known global tools: a, b'):
+        scope.restrict(allow=["local"]).result(T)
+    with pytest.raises(RestrictionError, match='unknown global tools "x", "y"'):
+        scope.restrict(allow=["x"], deny=["y"]).result(T)
+    with pytest.raises(RestrictionError, match="no-op"):
+        scope.restrict({}).result(T)
+    lift = scope.restrict(allow=["a", "b"]).result(T)
+    scope.restrict(deny=["b"]).result(T)
+    assert names(scope.visible().result(T)) == ["a", "local"]
+    lift().result(T)
+    registry.register(echo("later")).result(T)
+    assert names(scope.visible().result(T)) == ["a", "later", "local"]
+
+
+def test_a_scoped_guard_holds_only_for_its_agent_and_a_prepended_allow_cannot_override_it(registry):
+    from dsh_actors import allow
+
+    registry.register(echo()).result(T)
+    registry.scope("grounded").guard(lambda e: "grounded agents cannot call tools").result(T)
+    registry.on("tools/pre-execute", lambda e, n: allow(), prepend=True).result(T)
+    assert ex(registry.scope("grounded")).text == "Error: grounded agents cannot call tools"
+    assert ex(registry.scope("free"), text="ok").text == "ok"
+    registry.guard(lambda e: "global stop" if e.arguments.get("text") == "stop" else None).result(T)
+    assert ex(registry.scope("free"), text="stop").text == "Error: global stop"
+
+
+def test_closing_a_scope_disposes_its_tools_restrictions_guards_and_listeners(registry):
+    registry.register(echo()).result(T)
+    scope = registry.scope("a1")
+    scope.register(echo(execute=lambda a, c: [{"type": "text", "text": "shadow"}])).result(T)
+    scope.restrict(deny=["echo"]).result(T)
+    scope.guard(lambda e: "no").result(T)
+    scope.on("tools/pre-execute", lambda e, n: {"kind": "deny", "reason": "listener"}).result(T)
+    assert ex(scope).text == "Error: listener"
+    scope.close().result(T)
+    assert ex(scope, text="plain").text == "plain"
+
+
+def test_a_change_listener_runs_in_the_registry_and_can_refuse_a_registration(registry):
+    def refuse_bad_names():
+        import ray as _ray
+        names_now = _ray.get_runtime_context().get_actor_name()
+        assert names_now  # runs inside the registry actor
+    registry.on_change(refuse_bad_names).result(T)
+    registry.register(echo()).result(T)
+
+    def refuse():
+        raise RuntimeError("changes are frozen")
+    registry.on_change(refuse).result(T)
+    with pytest.raises(RuntimeError, match="changes are frozen"):
+        registry.register(echo("other")).result(T)
+    assert names(registry.visible().result(T)) == ["echo"]
+
+
+def test_responses_can_be_awaited_and_refuse_to_block_inside_an_event_loop(registry):
+    async def scenario():
+        dispose = await registry.register(echo())
+        result = await registry.scope("async-agent").execute(call_id="x", name="echo", arguments={"text": "a"})
+        with pytest.raises(RuntimeError, match="use `await response`"):
+            registry.visible().result(T)
+        await dispose()
+        return result
+
+    assert asyncio.run(scenario()).text == "a"
+    assert Response.of(3).result() == 3
+
+
+@ray.remote(num_cpus=0)
+class Agent:
+    """An actor that receives clients by pickling and uses them (async)."""
+
+    async def run(self, registry, scope):
+        await registry.register(echo("from-actor"))
+        result = await scope.execute(call_id="in-actor", name="from-actor", arguments={"text": "hello"})
+        return result.text, [d.name for d in await scope.visible()]
+
+
+def test_clients_pickle_and_work_inside_another_actor(registry):
+    text, visible = ray.get(Agent.remote().run.remote(registry, registry.scope("remote-agent")), timeout=T)
+    assert text == "hello" and visible == ["from-actor"]
