@@ -77,18 +77,39 @@ from .core.types import (
 
 __version__ = "0.1.0"
 
+# The Ray layer is re-exported lazily: importing the pure API does not start Ray's import.
+_RUNTIME = (
+    "CONTINUE", "ActorListener", "AgentScope", "Continue", "ExecutionCancelledError",
+    "ObjectLostError", "PlacementError", "PolicyUnavailableError", "RayRuntimeError",
+    "RegistryUnavailableError", "Response", "ScopeUnavailableError", "ToolRegistry",
+    "WorkerCrashedError", "actor_listener", "ensure_ray",
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _RUNTIME:
+        from . import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'dsh_actors' has no attribute {name!r}")
+
 __all__ = [
     "AbortController",
     "AbortError",
     "AbortSignal",
+    "ActorListener",
+    "AgentScope",
     "AgentScopeView",
     "ApprovalRequest",
     "ApprovalSeam",
+    "CONTINUE",
     "CodeRunFailedError",
     "ContentBlock",
+    "Continue",
     "DefinitionError",
     "Disposer",
     "DuplicateToolError",
+    "ExecutionCancelledError",
     "ExecutionPlan",
     "ExecutionToken",
     "FrozenDict",
@@ -102,14 +123,21 @@ __all__ = [
     "MalformedDecisionError",
     "MalformedResultError",
     "NotLosslessJSONError",
+    "ObjectLostError",
     "OutputSchemaError",
+    "PlacementError",
     "Plugin",
+    "PolicyUnavailableError",
     "PresentationError",
+    "RayRuntimeError",
     "RegistryState",
+    "RegistryUnavailableError",
     "ReservedNameError",
+    "Response",
     "RestrictionError",
     "SchemaProp",
     "SchemaSpec",
+    "ScopeUnavailableError",
     "Step",
     "TimeoutReason",
     "ToolArgsError",
@@ -118,12 +146,15 @@ __all__ = [
     "ToolExecutionInput",
     "ToolExecutionResult",
     "ToolNotFoundError",
+    "ToolRegistry",
     "ToolRestriction",
     "ToolRunContext",
     "ToolSchema",
     "ToolTimeoutError",
     "UnreachableVariantError",
+    "WorkerCrashedError",
     "accept",
+    "actor_listener",
     "allow",
     "any_signal",
     "ask",
@@ -135,6 +166,7 @@ __all__ = [
     "deny",
     "detach",
     "dispatch",
+    "ensure_ray",
     "error_info",
     "error_message",
     "error_result",

@@ -1,7 +1,9 @@
-"""A short tour: register tools and policies, run calls through the pipeline, print cards.
+"""A short tour on Ray: tools, policies (plain and a policy actor), calls from two agents.
 
-``python -m dsh_actors demo`` runs it. Each call prints its pending card (from the tool's
-``present_call``), the model-facing result, and its completed card (``present_result``).
+``python -m dsh_actors demo`` runs it on the current Ray cluster, or on a local instance
+it starts on its own. The calls run concurrently, each as a Ray task through the policy
+chain; each prints its pending card (``present_call``), the model-facing result, and its
+completed card (``present_result``).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import asyncio
 import json
 from typing import Any, Callable
 
+import ray
+
 from .core.decisions import accept, block, deny
 from .core.define import define_tool, tool
-from .core.registry import InMemoryRegistry
 from .core.types import ToolDefinition, ToolExecutionResult, text_block
+from .runtime import CONTINUE, ToolRegistry, actor_listener
 
-__all__ = ["demo_calls", "demo_tools", "install_demo_policies", "main", "render_call"]
+__all__ = ["CallBudget", "demo_calls", "demo_tools", "main", "render_call", "run_demo"]
 
 
 @tool(description="Add two integers.")
@@ -58,23 +62,47 @@ def demo_tools() -> list[ToolDefinition]:
     return [add, shell, write]
 
 
-def install_demo_policies(registry: InMemoryRegistry, audit: list[str]) -> None:
-    """A deny gate, a guard, a redacting post-execute listener and an audit observer."""
+@ray.remote(num_cpus=0)
+class CallBudget:
+    """A policy actor: a per-agent call budget shared by every execution in the fleet."""
 
-    async def no_rm(execution: Any, call_next: Callable[[], Any]) -> Any:
-        if execution.name == "shell" and execution.arguments.get("command", "").startswith("rm "):
-            return deny("destructive commands are not allowed in the demo")
-        return await call_next()
+    def __init__(self, limits: dict[str, int], default: int = 100) -> None:
+        self.limits = limits
+        self.default = default
+        self.used: dict[str, int] = {}
+        self.audit: list[str] = []
 
-    async def redact(execution: Any, result: ToolExecutionResult, call_next: Callable[[], Any]) -> Any:
-        if "password" in result.text:
-            return block("the output contained a secret and was withheld; do not print secrets")
-        return accept()
+    def check(self, execution: Any) -> Any:
+        agent = execution.agent or "(no agent)"
+        self.used[agent] = self.used.get(agent, 0) + 1
+        limit = self.limits.get(agent, self.default)
+        if self.used[agent] > limit:
+            return deny(f"{agent} has used its budget of {limit} calls")
+        return CONTINUE
 
-    registry.on("tools/pre-execute", no_rm)
-    registry.on("tools/post-execute", redact)
-    registry.scope("agent-2").guard(lambda e: "agent-2 may not write notes" if e.name == "write_note" else None)
-    registry.on("tools/result", lambda e, r: audit.append(f"{e.agent}/{e.call_id}: {'error' if r.is_error else 'ok'}"))
+    def observe(self, execution: Any, result: Any) -> None:
+        self.audit.append(f"{execution.agent}/{execution.call_id}: {'error' if result.is_error else 'ok'}")
+
+    def report(self) -> list[str]:
+        return sorted(self.audit)
+
+
+async def no_rm(execution: Any, call_next: Callable[[], Any]) -> Any:
+    """A plain pre-execute gate, shipped into every execution task."""
+    if execution.name == "shell" and execution.arguments.get("command", "").startswith("rm "):
+        return deny("destructive commands are not allowed in the demo")
+    return await call_next()
+
+
+async def redact(execution: Any, result: ToolExecutionResult, call_next: Callable[[], Any]) -> Any:
+    """A plain post-execute listener that withholds secrets."""
+    if "password" in result.text:
+        return block("the output contained a secret and was withheld; do not print secrets")
+    return accept()
+
+
+def no_notes_for_agent_2(execution: Any) -> str | None:
+    return "agent-2 may not write notes" if execution.name == "write_note" else None
 
 
 def demo_calls() -> list[dict[str, Any]]:
@@ -111,21 +139,42 @@ def render_call(definition: ToolDefinition | None, call: dict[str, Any], result:
     return "\n".join(lines)
 
 
-async def run_demo() -> list[str]:
-    registry = InMemoryRegistry()
+async def run_demo(registry: ToolRegistry) -> list[str]:
+    """Register the tools and policies on ``registry``, run the calls concurrently, render them."""
     for definition in demo_tools():
-        registry.register(definition)
-    audit: list[str] = []
-    install_demo_policies(registry, audit)
+        await registry.register(definition)
+    budget = CallBudget.remote({"agent-3": 2})
+    await registry.on("tools/pre-execute", no_rm)
+    await registry.on("tools/pre-execute", actor_listener(budget, "check"))
+    await registry.on("tools/post-execute", redact)
+    await registry.on("tools/result", actor_listener(budget, "observe"))
+    await registry.scope("agent-2").guard(no_notes_for_agent_2)
+    calls = demo_calls()
+    results = list(await asyncio.gather(*(registry.scope(c["agent"]).execute(c) for c in calls)))
+    # agent-3 then makes three calls in a row against a budget of two.
+    for n in range(3):
+        call = {"call_id": f"9.{n + 1}", "name": "add", "arguments": {"a": n, "b": 1}, "agent": "agent-3"}
+        calls.append(call)
+        results.append(await registry.scope("agent-3").execute(call))
     out = []
-    for call in demo_calls():
-        result = await registry.execute(call)
-        out.append(render_call(registry.get(call["name"], call["agent"]), call, result))
-    out.append("audit: " + ", ".join(audit))
+    for call, result in zip(calls, results):
+        definition = await registry.get(call["name"], call["agent"])
+        out.append(render_call(definition, call, result))
+    audit: list[str] = []
+    for _ in range(100):  # observers are fire-and-forget: wait until the actor heard every call
+        audit = await budget.report.remote()
+        if len(audit) == len(calls):
+            break
+        await asyncio.sleep(0.05)
+    out.append("audit (policy actor): " + ", ".join(audit))
     return out
 
 
 def main() -> int:
-    for block_ in asyncio.run(run_demo()):
-        print(block_)
+    registry = ToolRegistry.connect("demo")
+    try:
+        for block_ in asyncio.run(run_demo(registry)):
+            print(block_)
+    finally:
+        registry.shutdown()
     return 0

@@ -3,7 +3,7 @@ import sys
 
 
 def test_the_demo_prints_each_calls_result_and_cards():
-    out = subprocess.run([sys.executable, "-m", "dsh_actors", "demo"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "dsh_actors", "demo"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "result  (ok) 42" in text
@@ -11,3 +11,5 @@ def test_the_demo_prints_each_calls_result_and_cards():
     assert "Error: destructive commands are not allowed in the demo" in text
     assert "Error: agent-2 may not write notes" in text
     assert "UNKNOWN_TOOL" in text
+    assert "Error: agent-3 has used its budget of 2 calls" in text
+    assert "audit (policy actor): agent-1/1: ok" in text

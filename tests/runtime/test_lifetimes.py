@@ -1,0 +1,57 @@
+"""Plugin handles: disposed together, explicitly or when the owning driver dies."""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+from .fixtures import echo
+
+T = 60
+
+DRIVER = textwrap.dedent("""
+    import sys
+    import ray
+    from dsh_actors import define_tool
+    from dsh_actors.runtime import ToolRegistry
+
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    registry = ToolRegistry.connect(sys.argv[2])
+    tool = lambda name: define_tool(name=name, description=name, parameters={}, execute=lambda a, c: [])
+    plugin = registry.plugin("short-lived")
+    plugin.register(tool("from-plugin")).result(60)
+    plugin.on("tools/pre-execute", lambda e, n: n()).result(60)
+    registry.register(tool("direct")).result(60)
+    print("registered", flush=True)
+""")
+
+
+def names(registry):
+    return [d.name for d in registry.visible().result(T)]
+
+
+def test_a_plugin_disposes_all_its_registrations_together(registry):
+    plugin = registry.plugin("fs")
+    plugin.register(echo("read")).result(T)
+    plugin.register(echo("write")).result(T)
+    registry.register(echo("kept")).result(T)
+    assert names(registry) == ["read", "write", "kept"]
+    assert plugin.dispose().result(T) == 2
+    assert names(registry) == ["kept"]
+
+
+def test_a_plugins_registrations_go_away_when_the_driver_that_made_it_dies(registry, ray_cluster):
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, ray_cluster["cluster"].address, registry.name],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "registered" in out.stdout
+    deadline = time.monotonic() + 30
+    while "from-plugin" in names(registry) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert names(registry) == ["direct"]
+    chains = registry._handle()
+    import ray
+    _, plan = ray.get(chains.base_plan.remote(None), timeout=T)
+    assert plan.pre_execute == ()
