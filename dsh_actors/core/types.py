@@ -140,10 +140,11 @@ class ExecutionToken:
         return "<ExecutionToken>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_token_from_bytes, (self.__id,))
+        return (token_from_bytes, (self.__id,))
 
 
-def _token_from_bytes(raw: bytes) -> ExecutionToken:
+def token_from_bytes(raw: bytes) -> ExecutionToken:
+    """Rebuild a token from its wire form (the runtime ships tokens inside msgpack)."""
     token = ExecutionToken.__new__(ExecutionToken)
     object.__setattr__(token, "_ExecutionToken__id", raw)
     return token

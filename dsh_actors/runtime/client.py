@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping
@@ -22,16 +23,17 @@ from typing import Any, Callable, Iterable, Mapping
 import ray
 
 from ..core.errors import HarnessError, error_result
-from ..core.jsonvalue import NotLosslessJSONError, snapshot
+from ..core.jsonvalue import snapshot
 from ..core.pipeline import ExecutionPlan, finish
+from ..core.pipeline.create import create_execution
 from ..core.registry import Event, check_guard, check_listener, snapshot_definition
 from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
 from .errors import RegistryUnavailableError, ScopeUnavailableError, translate
-from .execution import STALE, run_execution
+from .execution import NEED_PLAN, STALE, pack_call, run_execution
 from .local import ensure_ray
-from .registry_actor import PlanTicket, RegistryActor, scope_actor_name
-from .response import Response
+from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
+from .response import Response, background_loop
 from .version import version_key
 
 __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
@@ -121,24 +123,39 @@ def _process_anchor() -> Any:
 # --- execution --------------------------------------------------------------------------
 
 
-def _fields_of(call: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The caller's input, each field read once, as plain fields."""
-    if call is None:
-        fields: dict[str, Any] = {}
-    elif isinstance(call, Mapping):
-        fields = {key: call[key] for key in _FIELDS if key in call}
-    else:
-        fields = {key: getattr(call, key) for key in _FIELDS if hasattr(call, key)}
-    fields.update(overrides)
-    return fields
+class _Overlay(Mapping[str, Any]):
+    """The caller's input with some fields overridden (a scope sets ``agent``), read lazily
+    so the pipeline's creation stage reads each field once and turns a raising getter
+    into the call's result, exactly as in one process."""
 
+    def __init__(self, call: Any, overrides: Mapping[str, Any]) -> None:
+        self._call = call
+        self._overrides = overrides
 
-class _NotShippable:
-    """Stands in for arguments that are not lossless JSON: the task's creation stage
-    rejects it with the reference text, so the error path is the same as in process."""
+    def _has(self, key: str) -> bool:
+        if key in self._overrides:
+            return True
+        if self._call is None:
+            return False
+        if isinstance(self._call, Mapping):
+            return key in self._call
+        return True  # attributes: read (and let a getter raise) in __getitem__
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_NotShippable, ())
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._has(key)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._overrides:
+            return self._overrides[key]
+        if isinstance(self._call, Mapping):
+            return self._call[key]
+        return getattr(self._call, key, None)
+
+    def __iter__(self) -> Any:
+        return iter(_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_FIELDS)
 
 
 _LOCAL_PLANS: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
@@ -158,13 +175,73 @@ async def _local_plan(ticket: PlanTicket) -> ExecutionPlan | None:
     return plan
 
 
+class _Subscription:
+    """This process's subscription to one registry's version (see ``RegistryActor``).
+
+    A poller on the background loop keeps ``known`` current and renews the lease; while
+    the lease is live, a plan ticket of version ``known`` is current and executions skip
+    the per-call version read.
+    """
+
+    def __init__(self, registry: "ToolRegistry", on_change: Callable[[int], None]) -> None:
+        self._registry = registry
+        self._on_change = on_change
+        self._id = uuid.uuid4().hex
+        self.known = 0
+        self._valid_until = 0.0
+        self._started = False
+        self._lock = threading.Lock()
+
+    def current(self, version: int) -> bool:
+        """``True`` when ``version`` is the registry's version as of a live lease."""
+        if not self._started:
+            self._start()
+            return False
+        return version == self.known and time.monotonic() < self._valid_until
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        asyncio.run_coroutine_threadsafe(self._poll(), background_loop())
+
+    async def _poll(self) -> None:
+        try:
+            await self._poll_until_gone()
+        finally:
+            self._valid_until = 0.0
+            self._started = False  # the next call starts a new poller if it can
+
+    async def _poll_until_gone(self) -> None:
+        handle = self._registry._handle()
+        while ray.is_initialized():  # never re-initialise Ray from this thread after shutdown
+            sent = time.monotonic()
+            try:
+                version = await handle.subscribe.remote(self._id, self.known)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                return  # the registry is gone; executions fall back to reading the version
+            except ray.exceptions.RayError:
+                self._valid_until = 0.0
+                await asyncio.sleep(HEARTBEAT_S)
+                continue
+            if version != self.known:
+                self._valid_until = 0.0
+                self._on_change(version)
+                self.known = version
+            # The registry renewed our lease on receiving this poll (after ``sent``).
+            self._valid_until = sent + LEASE_S
+
+
 class _Executor:
-    """Runs calls for one registry: plan tickets per scope, submission, failure mapping."""
+    """Runs calls for one registry in this process: plan tickets per scope, the version
+    subscription, submission, failure mapping. Shared by every client of that registry."""
 
     def __init__(self, registry: "ToolRegistry") -> None:
         self._registry = registry
         self._tickets: dict[str | None, PlanTicket] = {}
         self._key = version_key(registry.namespace, registry.name)
+        self._subscription = _Subscription(registry, lambda version: self._tickets.clear())
 
     async def _ticket(self, agent: str | None, refresh: bool) -> PlanTicket:
         ticket = None if refresh else self._tickets.get(agent)
@@ -179,24 +256,30 @@ class _Executor:
             self._tickets[agent] = ticket
         return ticket
 
-    def forget(self, agent: str | None) -> None:
-        self._tickets.pop(agent, None)
-
-    async def execute(self, fields: dict[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
+    async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
         token = ExecutionToken()
-        signal = fields.pop("signal", None)
-        agent = fields.get("agent")
-        try:
-            fields["arguments"] = snapshot(fields.get("arguments"))
-        except NotLosslessJSONError:
-            fields["arguments"] = _NotShippable()
+        # Creation runs here too: input that cannot even become an execution never leaves
+        # this process, and gets the same error result the task would give.
+        execution, failure = create_execution(source, token)
+        agent, signal = execution.agent, execution.signal
         ticket: PlanTicket | None = None
         try:
-            for attempt in range(_STALE_RETRIES + 1):
-                ticket = await self._ticket(agent if isinstance(agent, str) else None, refresh=attempt > 0)
-                check = ticket.version if attempt < _STALE_RETRIES else None
-                options = ticket.placements.get(fields.get("name"), {"max_retries": 0})
-                ref = run_execution.options(**options).remote(token, fields, check, ticket.plan_box, self._key)
+            if failure is not None:
+                ticket = await self._ticket(agent, refresh=False)
+                return await self._finish_here(execution, ticket, failure)
+            identity = {"call_id": execution.call_id, "name": execution.name, "arguments": execution.arguments,
+                        "agent": agent, "parent": execution.parent}
+            attempt, box = 0, None
+            while True:
+                if ticket is None:
+                    ticket = await self._ticket(agent, refresh=attempt > 0)
+                if attempt >= _STALE_RETRIES or self._subscription.current(ticket.version):
+                    check = None
+                else:
+                    check = ticket.version
+                options = ticket.placements.get(execution.name, {"max_retries": 0})
+                envelope = pack_call(token, identity, check, ticket.plan_id, self._key)
+                ref = _remote(options).remote(envelope, box)
                 cancel_box[:] = [ref]
                 remove = signal.add_listener(lambda _: cancel_task(ref)) if isinstance(signal, AbortSignal) else None
                 try:
@@ -204,32 +287,51 @@ class _Executor:
                 finally:
                     if remove is not None:
                         remove()
+                if outcome == NEED_PLAN:  # that worker has not cached this plan yet
+                    box = ticket.plan_box
+                    continue
                 if outcome != STALE:
-                    return outcome
+                    return ToolExecutionResult(snapshot(outcome))
+                attempt, ticket, box = attempt + 1, None, None
         except asyncio.CancelledError:
             if cancel_box:
                 cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too
             raise
         except Exception as exc:
-            failure = translate(exc, what=f'tool call "{fields.get("name")}" ({fields.get("call_id")})')
-            return await self._finish_here(token, fields, ticket, failure)
-        raise AssertionError("unreachable: the last attempt never checks freshness")
+            what = f'tool call "{execution.name}" ({execution.call_id})'
+            return await self._finish_here(execution, ticket, error_result(translate(exc, what=what)))
 
-    async def _finish_here(self, token: ExecutionToken, fields: dict[str, Any], ticket: PlanTicket | None,
-                           failure: BaseException) -> ToolExecutionResult:
-        """The call's process died or was cancelled: finish it here, once, so observers
-        still hear it and the caller still gets exactly one result."""
-        arguments = fields.get("arguments")
-        execution = ToolExecution(
-            call_id=fields.get("call_id") if isinstance(fields.get("call_id"), str) else "",
-            name=fields.get("name") if isinstance(fields.get("name"), str) else "",
-            arguments=None if isinstance(arguments, _NotShippable) else arguments,
-            agent=fields.get("agent") if isinstance(fields.get("agent"), str) else None,
-            parent=fields.get("parent") if isinstance(fields.get("parent"), ExecutionToken) else None,
-            token=token,
-        )
+    async def _finish_here(self, execution: ToolExecution, ticket: PlanTicket | None,
+                           failure: Mapping[str, Any]) -> ToolExecutionResult:
+        """Finish a call in this process: its input was unusable, or its worker died or was
+        cancelled. Observers still hear it once; the caller still gets exactly one result."""
         plan = await _local_plan(ticket) if ticket is not None else None
-        return finish(execution, error_result(failure), plan)
+        return finish(execution, failure, plan)
+
+
+_EXECUTORS: dict[tuple[str, str], _Executor] = {}
+_EXECUTORS_LOCK = threading.Lock()
+
+
+def _executor(registry: "ToolRegistry") -> _Executor:
+    key = (registry.namespace, registry.name)
+    with _EXECUTORS_LOCK:
+        executor = _EXECUTORS.get(key)
+        if executor is None:
+            executor = _EXECUTORS[key] = _Executor(registry)
+        return executor
+
+
+_REMOTES: dict[str, Any] = {}
+
+
+def _remote(options: dict[str, Any]) -> Any:
+    """``run_execution`` bound to ``options`` (cached: binding costs a few µs per call)."""
+    key = repr(sorted(options.items()))
+    bound = _REMOTES.get(key)
+    if bound is None:
+        bound = _REMOTES[key] = run_execution.options(**options)
+    return bound
 
 
 class _Registrar:
@@ -263,7 +365,6 @@ class ToolRegistry(_Registrar):
         self.namespace = namespace
         self._actor = handle
         self._scope_handles: dict[str, Any] = {}
-        self._executor = _Executor(self)
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE,
@@ -363,14 +464,14 @@ class ToolRegistry(_Registrar):
         does the same. A crash, cancellation or lost object becomes an ``is_error`` result
         with a stable code; observers hear every call exactly once.
         """
-        merged = _fields_of(call, fields)
+        source = _Overlay(call, fields)
         cancel_box: list[Any] = []
 
         def cancel() -> None:
             if cancel_box:
                 cancel_task(cancel_box[0])
 
-        return Response(lambda: self._executor.execute(merged, cancel_box), on_cancel=cancel)
+        return Response(lambda: _executor(self).execute(source, cancel_box), on_cancel=cancel)
 
     # scopes and plugins
 
@@ -387,6 +488,8 @@ class ToolRegistry(_Registrar):
 
     def shutdown(self) -> None:
         """Kill the registry actor and every scope actor it made (ends the registry)."""
+        with _EXECUTORS_LOCK:
+            _EXECUTORS.pop((self.namespace, self.name), None)
         handle = self._handle()
         try:
             agents = ray.get(handle.scopes.remote(), timeout=30)

@@ -1,8 +1,10 @@
-"""Connecting to Ray: the current cluster if there is one, else a local instance.
+"""Connecting to Ray: the cluster named by ``RAY_ADDRESS`` (as ``ray job submit`` sets it),
+else a local instance of our own.
 
 A local instance is started on loopback only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
 keeps every address on 127.0.0.1 in Ray 2.60; recheck on upgrades), without a dashboard
-unless asked for.
+unless asked for. Without ``RAY_ADDRESS`` it never joins whatever cluster happens to be
+recorded on the machine: "start on its own" means exactly that.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ __all__ = ["ensure_ray"]
 
 
 def ensure_ray(**init_options: Any) -> None:
-    """Initialise Ray once: ``RAY_ADDRESS`` (or an address option) joins a cluster;
-    otherwise a local instance starts on 127.0.0.1."""
+    """Initialise Ray once: ``RAY_ADDRESS`` (or an ``address`` option) joins a cluster;
+    otherwise a new local instance starts on 127.0.0.1."""
     if ray.is_initialized():
         return
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True}
@@ -29,4 +31,5 @@ def ensure_ray(**init_options: Any) -> None:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
         options.setdefault("_node_ip_address", "127.0.0.1")
+        options["address"] = "local"
     ray.init(**options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from typing import Any, Callable
 
 import ray
@@ -37,12 +38,13 @@ class PlanTicket:
     task receives the ref and fetches the plan only on a cache miss) and each visible
     tool's execution options."""
 
-    __slots__ = ("version", "plan_box", "placements")
+    __slots__ = ("version", "plan_box", "placements", "plan_id")
 
     def __init__(self, version: int, plan_box: list[Any], placements: dict[str, dict[str, Any]]) -> None:
         self.version = version
         self.plan_box = plan_box
         self.placements = placements
+        self.plan_id = plan_box[0].hex()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PlanTicket, (self.version, self.plan_box, self.placements))
@@ -135,9 +137,31 @@ class RegistryCore:
         return [d.schema() for d in self.state.globals.values()]
 
 
+LEASE_S = 2.0
+"""How long a client may trust what it knows of the version without hearing from the registry."""
+HEARTBEAT_S = 0.5
+"""How long a subscription poll waits for a change before answering anyway (renewing the lease)."""
+
+
+class _Subscriber:
+    __slots__ = ("acked", "lease_until")
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.lease_until = 0.0
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class RegistryActor:
-    """Ray shell over :class:`RegistryCore`. Its methods are what clients call."""
+    """Ray shell over :class:`RegistryCore`. Its methods are what clients call.
+
+    Besides the KV version, clients may *subscribe*: a subscription poll returns at once
+    when the version moved past what the client knows, else after a change or a
+    heartbeat. A change returns only after every subscriber with a live lease has polled
+    again knowing the new version (an acknowledgement) or its lease ran out, so a client
+    with a live lease may skip the per-call version read: its knowledge is never older
+    than the last change that returned.
+    """
 
     def __init__(self, name: str, namespace: str, detached: bool) -> None:
         key = version_key(namespace, name)
@@ -148,29 +172,76 @@ class RegistryActor:
         self._scopes: dict[str, Any] = {}
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
+        self._subscribers: dict[str, _Subscriber] = {}
+        self._moved = asyncio.Event()  # set (and replaced) when the version moves
+        self._acked = asyncio.Event()  # set (and replaced) when any subscriber acknowledges
+
+    # the subscription protocol
+
+    async def subscribe(self, client: str, known: int) -> int:
+        """Poll: answer the current version once it is newer than ``known`` (or after a heartbeat)."""
+        sub = self._subscribers.get(client)
+        if sub is None:
+            sub = self._subscribers[client] = _Subscriber()
+        sub.lease_until = time.monotonic() + LEASE_S
+        if known > sub.acked:
+            sub.acked = known
+            self._acked.set()
+            self._acked = asyncio.Event()
+        if self._core.version > known:
+            return self._core.version
+        moved = self._moved
+        try:
+            await asyncio.wait_for(moved.wait(), HEARTBEAT_S)
+        except asyncio.TimeoutError:
+            pass
+        return self._core.version
+
+    async def _settled(self, result: Any = None) -> Any:
+        """After a change: wake every poll, then wait for live subscribers to acknowledge."""
+        version = self._core.version
+        self._moved.set()
+        self._moved = asyncio.Event()
+        while True:
+            now = time.monotonic()
+            for client in [c for c, s in self._subscribers.items() if s.lease_until <= now]:
+                del self._subscribers[client]  # lease ran out: it stopped trusting its cache
+            waiting = [s for s in self._subscribers.values() if s.acked < version]
+            if not waiting:
+                return result
+            acked = self._acked
+            try:
+                await asyncio.wait_for(acked.wait(), max(0.0, min(s.lease_until for s in waiting) - now))
+            except asyncio.TimeoutError:
+                pass
 
     # registrations
 
-    def register(self, definition: Any, owner: str | None) -> int:
-        return self._core.register(definition, owner)
+    async def register(self, definition: Any, owner: str | None) -> int:
+        return await self._settled(self._core.register(definition, owner))
 
-    def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
-        return self._core.guard(guard, owner)
+    async def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
+        return await self._settled(self._core.guard(guard, owner))
 
-    def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool, owner: str | None) -> int:
-        return self._core.on(event, listener, scope, prepend, owner)
+    async def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool,
+                 owner: str | None) -> int:
+        return await self._settled(self._core.on(event, listener, scope, prepend, owner))
 
-    def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
-        return self._core.on_change(listener, owner)
+    async def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
+        return await self._settled(self._core.on_change(listener, owner))
 
-    def dispose(self, reg_id: int) -> None:
-        self._core.dispose(reg_id)
+    async def dispose(self, reg_id: int) -> None:
+        try:
+            self._core.dispose(reg_id)
+        finally:
+            await self._settled()
 
-    def dispose_owner(self, owner: str) -> int:
-        return self._core.dispose_owner(owner)
+    async def dispose_owner(self, owner: str) -> int:
+        return await self._settled(self._core.dispose_owner(owner))
 
-    def bump(self) -> int:
-        return self._core.bump()
+    async def bump(self) -> int:
+        """A scope actor changed its layer: publish a new version (after acknowledgements)."""
+        return await self._settled(self._core.bump())
 
     async def watch_owner(self, owner: str, anchor: Any) -> None:
         """Dispose ``owner``'s registrations when ``anchor`` (fate-shared with it) dies."""
@@ -180,6 +251,7 @@ class RegistryActor:
             except Exception:
                 pass
             count = self._core.dispose_owner(owner)
+            await self._settled()
             log.info("owner %s is gone: disposed %d registrations", owner, count)
 
         task = asyncio.get_running_loop().create_task(watch())
@@ -236,9 +308,10 @@ class RegistryActor:
             self._scopes[agent] = handle
         return handle
 
-    def drop_scope(self, agent: str) -> None:
+    async def drop_scope(self, agent: str) -> None:
         self._scopes.pop(agent, None)
         self._core.drop_scope(agent)
+        await self._settled()
 
     def scopes(self) -> list[str]:
         return sorted(self._scopes)
