@@ -52,14 +52,31 @@ class Response(Generic[T]):
         return self._await().__await__()
 
     async def _await(self) -> T:
-        loop = asyncio.get_running_loop()
         with self._lock:
-            if self._future is None:
-                self._future = asyncio.ensure_future(self._factory(), loop=loop)
             future = self._future
+            if future is None:
+                # First awaiter runs the work in its own task (no extra Task on the hot path);
+                # later awaiters wait on the shared future.
+                future = self._future = asyncio.get_running_loop().create_future()
+                owner = True
+            else:
+                owner = False
         if isinstance(future, concurrent.futures.Future):
             return await asyncio.wrap_future(future)
-        return await future
+        if not owner:
+            return await future
+        try:
+            value = await self._factory()
+        except BaseException as exc:
+            if not future.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # mark retrieved: the owner re-raises it
+            raise
+        future.set_result(value)
+        return value
 
     def result(self, timeout_s: float | None = None) -> T:
         """Block until the value is ready; :class:`TimeoutError` after ``timeout_s``."""

@@ -55,3 +55,32 @@ def test_a_plugins_registrations_go_away_when_the_driver_that_made_it_dies(regis
     import ray
     _, plan = ray.get(chains.base_plan.remote(None), timeout=T)
     assert plan.pre_execute == ()
+
+
+DETACHED = textwrap.dedent("""
+    import sys
+    import ray
+    from dsh_actors import define_tool
+    from dsh_actors.runtime import ToolRegistry
+
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    registry = ToolRegistry.connect(sys.argv[2], detached=True)
+    registry.register(define_tool(name="long-lived", description="d", parameters={},
+                                  execute=lambda a, c: [{"type": "text", "text": "still here"}])).result(60)
+    print("registered", flush=True)
+""")
+
+
+def test_a_detached_registry_outlives_the_driver_that_created_it(ray_cluster):
+    from dsh_actors.runtime import ToolRegistry
+
+    name = f"detached-{time.monotonic_ns()}"
+    out = subprocess.run([sys.executable, "-c", DETACHED, ray_cluster["cluster"].address, name],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    registry = ToolRegistry.connect(name)
+    try:
+        result = registry.execute(call_id="1", name="long-lived", arguments={}).result(T)
+        assert result.text == "still here"
+    finally:
+        registry.shutdown()

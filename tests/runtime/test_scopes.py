@@ -153,3 +153,21 @@ class Agent:
 def test_clients_pickle_and_work_inside_another_actor(registry):
     text, visible = ray.get(Agent.remote().run.remote(registry, registry.scope("remote-agent")), timeout=T)
     assert text == "hello" and visible == ["from-actor"]
+
+
+def test_ask_without_an_approval_seam_degrades_to_deny_on_ray(registry):
+    from dsh_actors import ask
+
+    registry.register(echo()).result(T)
+    registry.on("tools/pre-execute", lambda e, n: ask("a human must look")).result(T)
+    assert ex(registry.scope("a1")).text == "Error: a human must look"
+
+
+def test_result_with_a_timeout_raises_timeout_error_and_the_call_can_still_be_awaited(registry):
+    import time as _time
+
+    registry.register(echo("slow", execute=lambda a, c: _time.sleep(2) or [{"type": "text", "text": "done"}])).result(T)
+    response = registry.execute(call_id="s", name="slow", arguments={})
+    with pytest.raises(TimeoutError, match="may still be running"):
+        response.result(timeout_s=0.2)
+    assert response.result(T).text == "done"
