@@ -5,10 +5,12 @@ import subprocess
 import sys
 
 import dsh_actors.core
+import dsh_actors.log
 
 
 def test_every_core_module_imports_with_ray_made_unimportable():
     modules = [m.name for m in pkgutil.walk_packages(dsh_actors.core.__path__, "dsh_actors.core.")]
+    modules += ["dsh_actors.log"] + [m.name for m in pkgutil.walk_packages(dsh_actors.log.__path__, "dsh_actors.log.")]
     assert "dsh_actors.core.pipeline.dispatch" in modules
     script = (
         "import sys, importlib\n"

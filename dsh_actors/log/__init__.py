@@ -1,0 +1,26 @@
+"""The session log: durable, append-only, msgpack-framed events (no Ray here)."""
+
+from .events import (
+    EVENT_TYPES,
+    InvalidEventError,
+    check_event,
+    context_message_event,
+    derive_messages,
+    replay_cards,
+    tool_result_event,
+)
+from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError
+
+__all__ = [
+    "EVENT_TYPES",
+    "HEADER",
+    "FrameFile",
+    "FsyncPolicy",
+    "InvalidEventError",
+    "LogCorruptError",
+    "check_event",
+    "context_message_event",
+    "derive_messages",
+    "replay_cards",
+    "tool_result_event",
+]

@@ -1,0 +1,118 @@
+"""The session log on Ray: one named actor per session owns its frame file.
+
+The actor is the file's only writer, so appends are ordered and never interleave; each
+append is flushed (and fsynced, per the policy) before it returns. Reopening a session
+after its actor died — a crash mid-append included — recovers every acknowledged event
+and truncates a torn tail. :class:`SessionLog` is the client (responses to await or
+block on); it pickles by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import ray
+
+from ..log import FrameFile, FsyncPolicy, check_event, derive_messages
+from .errors import RayRuntimeError, translate
+from .local import ensure_ray
+from .response import Response
+
+__all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
+
+DEFAULT_NAMESPACE = "dsh-actors"
+
+
+def session_actor_name(session_id: str) -> str:
+    return f"dsh-session:{session_id}"
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
+class SessionLogActor:
+    """Owns one session's frame file; one call at a time, in arrival order."""
+
+    def __init__(self, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> None:
+        self._file = FrameFile(path, fsync=fsync, fsync_interval_s=fsync_interval_s)
+
+    def append(self, event: Mapping[str, Any]) -> int:
+        return self._file.append(check_event(event))
+
+    def append_many(self, events: list[Mapping[str, Any]]) -> list[int]:
+        checked = [check_event(e) for e in events]  # all or nothing is validated first
+        return [self._file.append(e) for e in checked]
+
+    def events(self, since: int = 0) -> list[dict[str, Any]]:
+        return self._file.records(since)
+
+    def derive_messages(self) -> list[dict[str, Any]]:
+        return derive_messages(self._file.records())
+
+    def info(self) -> dict[str, Any]:
+        return {"path": str(self._file.path), "events": len(self._file), "fsync": self._file.fsync,
+                "recovered_truncated_bytes": self._file.truncated_bytes}
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class SessionLog:
+    """Client of one session's log actor (``SessionLog.open(session_id, path)``)."""
+
+    def __init__(self, session_id: str, namespace: str = DEFAULT_NAMESPACE, handle: Any = None) -> None:
+        self.session_id = session_id
+        self.namespace = namespace
+        self._actor = handle
+
+    @classmethod
+    def open(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always", fsync_interval_s: float = 0.05,
+             namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
+        """Get or create the session's log actor over the file at ``path``."""
+        ensure_ray()
+        if fsync not in ("always", "interval", "never"):
+            raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
+        handle = SessionLogActor.options(
+            name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
+        ).remote(path, fsync, fsync_interval_s)
+        return cls(session_id, namespace, handle)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SessionLog, (self.session_id, self.namespace))
+
+    def _handle(self) -> Any:
+        if self._actor is None:
+            self._actor = ray.get_actor(session_actor_name(self.session_id), namespace=self.namespace)
+        return self._actor
+
+    def _call(self, method: str, *args: Any) -> Response[Any]:
+        async def run() -> Any:
+            try:
+                return await getattr(self._handle(), method).remote(*args)
+            except ray.exceptions.RayError as exc:
+                raise translate(exc, actor=RayRuntimeError, what=f"session log {self.session_id!r}") from None
+        return Response(run)
+
+    def append(self, event: Mapping[str, Any]) -> Response[int]:
+        """Append one event; resolves (to its index) once it is on disk per the fsync policy."""
+        return self._call("append", event)
+
+    def append_many(self, events: list[Mapping[str, Any]]) -> Response[list[int]]:
+        return self._call("append_many", list(events))
+
+    def events(self, since: int = 0) -> Response[list[dict[str, Any]]]:
+        return self._call("events", since)
+
+    def derive_messages(self) -> Response[list[dict[str, Any]]]:
+        return self._call("derive_messages")
+
+    def info(self) -> Response[dict[str, Any]]:
+        return self._call("info")
+
+    def close(self) -> Response[None]:
+        """Close the file and end the actor."""
+        async def run() -> None:
+            handle = self._handle()
+            try:
+                await handle.close.remote()
+            finally:
+                ray.kill(handle)
+        return Response(run)

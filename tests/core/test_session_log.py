@@ -1,0 +1,122 @@
+import struct
+import zlib
+
+import msgpack
+import pytest
+
+from dsh_actors import define_tool, text_block
+from dsh_actors.log import (
+    HEADER, FrameFile, InvalidEventError, LogCorruptError, check_event, context_message_event,
+    derive_messages, replay_cards, tool_result_event,
+)
+
+
+def frame(value):
+    payload = msgpack.packb(value)
+    return struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+
+
+def test_appended_frames_are_read_back_in_order_after_reopening(tmp_path):
+    path = tmp_path / "s.log"
+    log = FrameFile(path)
+    assert [log.append({"type": "turn/start", "n": i}) for i in range(3)] == [0, 1, 2]
+    log.close()
+    with FrameFile(path) as again:
+        assert again.records() == [{"type": "turn/start", "n": i} for i in range(3)]
+    assert path.read_bytes().startswith(HEADER)
+
+
+@pytest.mark.parametrize("tail", [
+    b"\x00\x00",                                     # a torn length prefix
+    struct.pack(">II", 50, 0) + b"short",            # a frame cut short
+    struct.pack(">II", 3, 12345) + b"abc",           # a complete last frame with a bad checksum
+])
+def test_a_torn_tail_is_truncated_and_nothing_committed_is_lost(tmp_path, tail):
+    path = tmp_path / "s.log"
+    log = FrameFile(path)
+    log.append({"type": "turn/start"})
+    log.append({"type": "turn/end"})
+    log.close()
+    good = path.read_bytes()
+    path.write_bytes(good + tail)
+    with FrameFile(path) as again:
+        assert again.records() == [{"type": "turn/start"}, {"type": "turn/end"}]
+        assert again.truncated_bytes == len(tail) and path.read_bytes() == good
+        again.append({"type": "turn/start"})
+    with FrameFile(path) as reopened:
+        assert reopened.records()[-1] == {"type": "turn/start"}
+
+
+def test_damage_before_good_frames_is_refused_not_silently_dropped(tmp_path):
+    path = tmp_path / "s.log"
+    path.write_bytes(HEADER + struct.pack(">II", 3, 1) + b"bad" + frame({"type": "turn/end"}))
+    with pytest.raises(LogCorruptError, match="refusing to drop committed events"):
+        FrameFile(path)
+
+
+def test_a_file_that_is_not_a_log_is_refused(tmp_path):
+    path = tmp_path / "other.txt"
+    path.write_bytes(b"hello world, not a log")
+    with pytest.raises(LogCorruptError, match="bad header"):
+        FrameFile(path)
+
+
+def test_the_fsync_policy_is_validated():
+    with pytest.raises(ValueError, match="fsync must be"):
+        FrameFile("/tmp/never-created.log", fsync="sometimes")
+
+
+def test_events_are_validated_as_known_shapes_of_lossless_json():
+    assert check_event({"type": "turn/start"}) == {"type": "turn/start"}
+    with pytest.raises(InvalidEventError, match="unknown session event type"):
+        check_event({"type": "tool/resul"})
+    with pytest.raises(InvalidEventError, match="missing"):
+        check_event({"type": "tool/result", "call_id": "c"})
+    with pytest.raises(InvalidEventError, match="lossless JSON"):
+        check_event({"type": "approval/policy", "policy": {1, 2}})
+
+
+def test_derive_messages_rebuilds_the_history_and_hides_log_only_events():
+    result = {"call_id": "c1", "content": [text_block("ok")], "is_error": False,
+              "additional_context": [{"content": "note", "source": {"kind": "plugin", "plugin": "p"}}]}
+    events = [
+        {"type": "turn/start"},
+        {"type": "user/message", "content": "hi"},
+        {"type": "assistant/message", "content": "", "tool_calls": [{"call_id": "c1", "name": "echo"}]},
+        {"type": "approval/asked", "id": "a", "tool_name": "echo"},
+        {"type": "approval/decided", "id": "a", "outcome": "allowed-once"},
+        tool_result_event({"text": "ok"}, "echo", result),
+        {"type": "tool/code-dispatch", "parent_call_id": "c1", "sub_call_id": "c1:code:1", "name": "x",
+         "arguments": {}, "is_error": False, "result_summary": "x"},
+        context_message_event(result["additional_context"]),
+        {"type": "turn/end"},
+    ]
+    messages = derive_messages(events)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user"]
+    assert messages[2]["content"] == [text_block("ok")] and messages[3]["content"] == "note"
+
+
+def test_derive_messages_of_a_user_message_and_a_code_dispatch_is_one_message():
+    assert len(derive_messages([
+        {"type": "user/message", "content": "x"},
+        {"type": "tool/code-dispatch", "parent_call_id": "p", "sub_call_id": "p:code:1", "name": "t",
+         "arguments": {}, "is_error": False, "result_summary": ""},
+    ])) == 1
+
+
+def test_replay_renders_the_same_cards_from_the_log_every_time():
+    shell = define_tool(
+        name="shell", description="d", parameters={"command": {"type": "string", "required": True}},
+        execute=lambda a, c: [],
+        present_call=lambda args: {"card": "terminal", "title": args["command"]},
+        present_result=lambda args, r: {"card": "terminal", "output": r["content"][0]["text"],
+                                        "exit_code": r["meta"]["exit"]},
+    )
+    event = tool_result_event({"command": "ls"}, "shell", {"call_id": "1", "content": [text_block("a b")],
+                                                           "is_error": False, "meta": {"exit": 0}})
+    unknown = tool_result_event({}, "gone", {"call_id": "2", "content": [], "is_error": True})
+    first = replay_cards([event, unknown], {"shell": shell})
+    assert first == replay_cards([event, unknown], {"shell": shell})
+    assert first[0] == {"call_id": "1", "name": "shell", "call": {"card": "terminal", "title": "ls"},
+                        "result": {"card": "terminal", "output": "a b", "exit_code": 0}}
+    assert first[1]["call"] is None and first[1]["result"] is None
