@@ -160,7 +160,8 @@ class ToolExecution:
     pipeline freezes the execution before ``tools/result`` observers see it.
     """
 
-    __slots__ = ("_token", "_call_id", "_name", "_arguments", "_agent", "_parent", "_signal", "_frozen")
+    __slots__ = ("_token", "_call_id", "_name", "_arguments", "_agent", "_parent", "_signal", "_frozen",
+                 "_definition")
 
     def __init__(
         self,
@@ -182,6 +183,7 @@ class ToolExecution:
         setter(self, "_parent", parent)
         setter(self, "_signal", signal)
         setter(self, "_frozen", False)
+        setter(self, "_definition", None)
 
     token = property(lambda self: self._token, doc="The registry-minted identity of this call.")
     call_id = property(lambda self: self._call_id, doc="The caller's call id.")
@@ -204,6 +206,16 @@ class ToolExecution:
     @signal.deleter
     def signal(self) -> None:
         self.signal = None
+
+    @property
+    def definition(self) -> "ToolDefinition | None":
+        """The frozen definition this call resolves to in the caller's view (``None`` for
+        an unknown tool) — what policies such as the timeout wrapper read. Process-local:
+        it does not travel when the execution is pickled."""
+        return self._definition
+
+    def _resolve(self, definition: "ToolDefinition | None") -> None:
+        object.__setattr__(self, "_definition", definition)
 
     @property
     def frozen(self) -> bool:

@@ -99,6 +99,7 @@ async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken 
         return Step("final", execution, None, _failed(exc))
     if failure is not None:
         return Step("final", execution, plan, ToolExecutionResult(failure))
+    execution._resolve(plan.tools.get(execution.name))
     try:
         decision = await run_pre_execute(execution, plan)
         if decision["kind"] == "deny":
