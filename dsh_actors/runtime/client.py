@@ -22,14 +22,15 @@ from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
-from ..core.errors import HarnessError, error_result
+from ..core.errors import HarnessError, ToolTimeoutError, error_result
 from ..core.jsonvalue import snapshot
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.registry import Event, check_guard, check_listener, snapshot_definition
 from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
-from .errors import RegistryUnavailableError, ScopeUnavailableError, translate
+from .errors import ExecutionCancelledError, RegistryUnavailableError, ScopeUnavailableError, translate
+from .signals import portable_reason, publish_signal
 from .execution import NEED_PLAN, STALE, pack_call, run_execution
 from .local import ensure_ray
 from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
@@ -233,6 +234,51 @@ class _Subscription:
             self._valid_until = sent + LEASE_S
 
 
+class _ForceStop:
+    """Kills a force-stoppable tool's task when its budget (plus grace) runs out, or when
+    its caller aborted and it did not stop within the grace; remembers why."""
+
+    def __init__(self, ref: Any, timeout_ms: float, grace_ms: float) -> None:
+        self._ref = ref
+        self.failure: BaseException | None = None
+        self._timeout_ms = timeout_ms
+        self._grace_s = grace_ms / 1000.0
+        self._timers: list[threading.Timer] = []
+        self._remove: Callable[[], None] | None = None
+
+    @classmethod
+    def arm(cls, ref: Any, limits: tuple[float, float] | None, signal: AbortSignal | None) -> "_ForceStop | None":
+        if limits is None:
+            return None
+        stopper = cls(ref, *limits)
+        stopper._after(limits[0] / 1000.0 + stopper._grace_s, ToolTimeoutError(limits[0]))
+        if signal is not None:
+            stopper._remove = signal.add_listener(lambda reason: stopper._after(
+                stopper._grace_s, ExecutionCancelledError(f"the call did not stop within the grace after its caller aborted ({reason})")))
+        return stopper
+
+    def _after(self, delay_s: float, failure: BaseException) -> None:
+        def fire() -> None:
+            ready, _ = ray.wait([self._ref], timeout=0)
+            if not ready and self.failure is None:
+                self.failure = failure
+                try:
+                    ray.cancel(self._ref, force=True)
+                except Exception:
+                    pass
+
+        timer = threading.Timer(delay_s, fire)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def disarm(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        if self._remove is not None:
+            self._remove()
+
+
 class _Executor:
     """Runs calls for one registry in this process: plan tickets per scope, the version
     subscription, submission, failure mapping. Shared by every client of that registry."""
@@ -263,12 +309,21 @@ class _Executor:
         execution, failure = create_execution(source, token)
         agent, signal = execution.agent, execution.signal
         ticket: PlanTicket | None = None
+        cleanup: list[Callable[[], None]] = []
         try:
             if failure is not None:
                 ticket = await self._ticket(agent, refresh=False)
                 return await self._finish_here(execution, ticket, failure)
             identity = {"call_id": execution.call_id, "name": execution.name, "arguments": execution.arguments,
                         "agent": agent, "parent": execution.parent}
+            signal_id = aborted = hub = None
+            if signal is not None:
+                hub = await self._registry._signal_hub()
+                if signal.aborted:
+                    aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
+                else:
+                    signal_id, unpublish = publish_signal(signal, hub)
+                    cleanup.append(unpublish)
             attempt, box = 0, None
             while True:
                 if ticket is None:
@@ -278,15 +333,19 @@ class _Executor:
                 else:
                     check = ticket.version
                 options = ticket.placements.get(execution.name, {"max_retries": 0})
-                envelope = pack_call(token, identity, check, ticket.plan_id, self._key)
-                ref = _remote(options).remote(envelope, box)
+                envelope = pack_call(token, identity, check, ticket.plan_id, self._key, signal_id, aborted)
+                ref = _remote(options).remote(envelope, box, hub)
                 cancel_box[:] = [ref]
-                remove = signal.add_listener(lambda _: cancel_task(ref)) if isinstance(signal, AbortSignal) else None
+                stopper = _ForceStop.arm(ref, ticket.force_stops.get(execution.name), signal)
                 try:
                     outcome = await ref
+                except Exception as exc:
+                    if stopper is not None and stopper.failure is not None:
+                        raise stopper.failure from exc
+                    raise
                 finally:
-                    if remove is not None:
-                        remove()
+                    if stopper is not None:
+                        stopper.disarm()
                 if outcome == NEED_PLAN:  # that worker has not cached this plan yet
                     box = ticket.plan_box
                     continue
@@ -300,6 +359,9 @@ class _Executor:
         except Exception as exc:
             what = f'tool call "{execution.name}" ({execution.call_id})'
             return await self._finish_here(execution, ticket, error_result(translate(exc, what=what)))
+        finally:
+            for undo in cleanup:
+                undo()
 
     async def _finish_here(self, execution: ToolExecution, ticket: PlanTicket | None,
                            failure: Mapping[str, Any]) -> ToolExecutionResult:
@@ -365,6 +427,7 @@ class ToolRegistry(_Registrar):
         self.namespace = namespace
         self._actor = handle
         self._scope_handles: dict[str, Any] = {}
+        self._hub: Any = None
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE,
@@ -390,6 +453,12 @@ class ToolRegistry(_Registrar):
 
     def _registry_client(self) -> "ToolRegistry":
         return self
+
+    async def _signal_hub(self) -> Any:
+        if self._hub is None:
+            self._hub = await _call(self._handle().signal_hub, unavailable=RegistryUnavailableError,
+                                    what="the registry")
+        return self._hub
 
     async def _scope_handle(self, agent: str) -> Any:
         handle = self._scope_handles.get(agent)

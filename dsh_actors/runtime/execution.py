@@ -21,7 +21,9 @@ import ray
 from ..core import pipeline
 from ..core.pipeline import ExecutionPlan
 from ..core.jsonvalue import thaw
+from ..core.signal import AbortController
 from ..core.types import ExecutionToken, token_from_bytes
+from .signals import link_remote_signal
 from .version import read_version
 
 __all__ = ["NEED_PLAN", "STALE", "in_execution_task", "pack_call", "run_execution"]
@@ -65,7 +67,7 @@ def _event_loop() -> asyncio.AbstractEventLoop:
 
 
 def pack_call(token: ExecutionToken, execution_fields: dict[str, Any], version: int | None,
-              plan_id: str, key: bytes) -> bytes:
+              plan_id: str, key: bytes, signal_id: str | None = None, aborted: bytes | None = None) -> bytes:
     """One msgpack envelope per call: a single bytes argument is the cheapest thing Ray
     ships (several pickled arguments cost ~0.08 ms more per call, measured)."""
     parent = execution_fields.get("parent")
@@ -79,11 +81,32 @@ def pack_call(token: ExecutionToken, execution_fields: dict[str, Any], version: 
         "version": version,
         "plan": plan_id,
         "key": key,
+        "signal": signal_id,
+        "aborted": aborted,
     })
 
 
+async def _run(call: dict[str, Any], plan: ExecutionPlan, hub: Any) -> Any:
+    fields = {
+        "call_id": call["call_id"], "name": call["name"], "arguments": call["arguments"],
+        "agent": call["agent"], "parent": None if call["parent"] is None else token_from_bytes(call["parent"]),
+    }
+    stop = None
+    if call["aborted"] is not None:  # the caller's signal had already aborted
+        controller = AbortController()
+        controller.abort(ray.cloudpickle.loads(call["aborted"]))
+        fields["signal"] = controller.signal
+    elif call["signal"] is not None:
+        fields["signal"], stop = link_remote_signal(hub, call["signal"])
+    try:
+        return await pipeline.execute(fields, lambda agent: plan, token=token_from_bytes(call["token"]))
+    finally:
+        if stop is not None:
+            stop()
+
+
 @ray.remote(max_retries=0)
-def run_execution(envelope: bytes, plan_box: list[Any] | None) -> dict[str, Any] | str:
+def run_execution(envelope: bytes, plan_box: list[Any] | None, hub: Any = None) -> dict[str, Any] | str:
     """Run one call through the pipeline; returns the result as plain data (cheaper to
     pickle; the client freezes it again), or :data:`STALE` / :data:`NEED_PLAN` when
     nothing ran.
@@ -92,6 +115,8 @@ def run_execution(envelope: bytes, plan_box: list[Any] | None) -> dict[str, Any]
     :data:`NEED_PLAN` (a boxed ref costs ~0.2 ms per call in Ray's borrowing protocol).
     ``version`` is ``None`` when the client knows its plan is current (its subscription
     lease is live) or on its last attempt; otherwise the task reads the registry version.
+    ``hub`` (the registry's signal hub) comes with calls whose caller passed a signal:
+    the tool body's ``ctx.signal`` then aborts when the caller's does.
     """
     global _in_task
     call = msgpack.unpackb(envelope)
@@ -103,16 +128,10 @@ def run_execution(envelope: bytes, plan_box: list[Any] | None) -> dict[str, Any]
         return STALE  # its scope actor went away; the client refetches (and reports it)
     if plan is None:
         return NEED_PLAN
-    fields = {
-        "call_id": call["call_id"], "name": call["name"], "arguments": call["arguments"],
-        "agent": call["agent"], "parent": None if call["parent"] is None else token_from_bytes(call["parent"]),
-    }
     loop = _event_loop()
     _in_task = True
     try:
-        result = loop.run_until_complete(
-            pipeline.execute(fields, lambda agent: plan, token=token_from_bytes(call["token"])))
-        return thaw(result)
+        return thaw(loop.run_until_complete(_run(call, plan, hub)))
     except BaseException:
         # Cancellation interrupted the loop mid-call: never reuse a loop in that state.
         loop.close()

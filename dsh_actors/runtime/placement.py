@@ -8,6 +8,12 @@ Allowed keys: ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``runtime_e
 ``scheduling_strategy``, ``accelerator_type``, ``label_selector``. Executions never
 retry by default (a tool with side effects must not run twice); a definition that sets
 ``extras["idempotent"] = True`` may also set ``max_retries``.
+
+A definition with a ``timeout_ms`` budget may also declare ``extras["force_stop"] = True``:
+when its budget (plus ``extras["force_stop_grace_ms"]``, default 200 ms, for a
+cooperative stop) runs out, or its caller aborts and it has not stopped within the grace,
+its task is cancelled for real and the caller gets one ``TOOL_TIMEOUT`` (or ``CANCELLED``)
+result.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from typing import Any, Mapping
 from ..core.errors import DefinitionError
 from ..core.types import ToolDefinition
 
-__all__ = ["ALLOWED_OPTIONS", "execution_options"]
+__all__ = ["ALLOWED_OPTIONS", "execution_options", "force_stop"]
+
+DEFAULT_FORCE_STOP_GRACE_MS = 200.0
 
 ALLOWED_OPTIONS = frozenset({
     "num_cpus", "num_gpus", "memory", "resources", "runtime_env", "scheduling_strategy",
@@ -47,4 +55,19 @@ def execution_options(definition: ToolDefinition) -> dict[str, Any]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise DefinitionError(f'tool "{definition.name}" ray option {key} must be a non-negative number')
     options["max_retries"] = retries
+    force_stop(definition)  # misuse fails loud at registration
     return options
+
+
+def force_stop(definition: ToolDefinition) -> tuple[float, float] | None:
+    """``(timeout_ms, grace_ms)`` when ``definition`` may be force-stopped, else ``None``."""
+    if definition.extras.get("force_stop") is not True:
+        return None
+    if definition.timeout_ms is None:
+        raise DefinitionError(
+            f'tool "{definition.name}" declares force_stop without timeout_ms: a force stop needs a budget'
+        )
+    grace = definition.extras.get("force_stop_grace_ms", DEFAULT_FORCE_STOP_GRACE_MS)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        raise DefinitionError(f'tool "{definition.name}" force_stop_grace_ms must be a non-negative number')
+    return float(definition.timeout_ms), float(grace)

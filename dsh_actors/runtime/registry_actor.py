@@ -21,7 +21,7 @@ from ..core.errors import error_message
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
-from .placement import execution_options
+from .placement import execution_options, force_stop
 from .version import read_version, version_key, write_version
 
 __all__ = ["PlanTicket", "RegistryActor", "RegistryCore", "scope_actor_name"]
@@ -38,20 +38,32 @@ class PlanTicket:
     task receives the ref and fetches the plan only on a cache miss) and each visible
     tool's execution options."""
 
-    __slots__ = ("version", "plan_box", "placements", "plan_id")
+    __slots__ = ("version", "plan_box", "placements", "force_stops", "plan_id")
 
-    def __init__(self, version: int, plan_box: list[Any], placements: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, version: int, plan_box: list[Any], placements: dict[str, dict[str, Any]],
+                 force_stops: dict[str, tuple[float, float]] | None = None) -> None:
         self.version = version
         self.plan_box = plan_box
         self.placements = placements
+        self.force_stops = force_stops or {}
+        """Tools that may be force-stopped: name → (timeout_ms, grace_ms)."""
         self.plan_id = plan_box[0].hex()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PlanTicket, (self.version, self.plan_box, self.placements))
+        return (PlanTicket, (self.version, self.plan_box, self.placements, self.force_stops))
+
+    @classmethod
+    def of(cls, version: int, plan: ExecutionPlan) -> "PlanTicket":
+        """Put ``plan`` in the object store and describe it."""
+        return cls(version, [ray.put(plan)], placements_of(plan), force_stops_of(plan))
 
 
 def placements_of(plan: ExecutionPlan) -> dict[str, dict[str, Any]]:
     return {name: execution_options(definition) for name, definition in plan.tools.items()}
+
+
+def force_stops_of(plan: ExecutionPlan) -> dict[str, tuple[float, float]]:
+    return {name: stop for name, definition in plan.tools.items() if (stop := force_stop(definition))}
 
 
 class RegistryCore:
@@ -173,6 +185,7 @@ class RegistryActor:
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, _Subscriber] = {}
+        self._hub: Any = None
         self._moved = asyncio.Event()  # set (and replaced) when the version moves
         self._acked = asyncio.Event()  # set (and replaced) when any subscriber acknowledges
 
@@ -274,7 +287,7 @@ class RegistryActor:
         version, plan = self._core.base_plan(None)
         ticket = self._plans.get(version)
         if ticket is None:
-            self._plans = {version: PlanTicket(version, [ray.put(plan)], placements_of(plan))}
+            self._plans = {version: PlanTicket.of(version, plan)}
             ticket = self._plans[version]
         return ticket
 
@@ -289,6 +302,14 @@ class RegistryActor:
 
     def schemas(self) -> list[ToolSchema]:
         return self._core.schemas()
+
+    def signal_hub(self) -> Any:
+        """The hub carrying callers' aborts to execution tasks (owned by this actor)."""
+        from .signals import SignalHub
+
+        if self._hub is None:
+            self._hub = SignalHub.remote()
+        return self._hub
 
     # scopes
 

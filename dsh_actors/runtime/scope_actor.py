@@ -19,7 +19,7 @@ from ..core.pipeline import ExecutionPlan
 from ..core.registry import ScopeLayer, compile_restriction, compose_plan, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
-from .registry_actor import PlanTicket, placements_of
+from .registry_actor import PlanTicket
 
 __all__ = ["ScopeActor", "ScopeCore"]
 
@@ -136,7 +136,7 @@ class ScopeActor:
             version, plan = await self._plan()
             ticket = self._ticket
             if ticket is None or ticket.version != version or self._ticket_layer_version != self._layer_version:
-                ticket = self._ticket = PlanTicket(version, [ray.put(plan)], placements_of(plan))
+                ticket = self._ticket = PlanTicket.of(version, plan)
                 self._ticket_layer_version = self._layer_version
             return ticket
 

@@ -152,8 +152,12 @@ def test_cancelling_a_call_gives_one_cancelled_result(registry):
     assert result.error == {"name": "ExecutionCancelledError", "code": "CANCELLED"} and result.call_id == "s"
 
 
-def test_a_callers_abort_signal_cancels_the_remote_call(registry):
-    registry.register(echo("slow", execute=lambda a, c: time.sleep(30) or [])).result(T)
+def test_a_callers_abort_reaches_the_tool_body_in_its_worker_with_the_reason(registry):
+    async def cooperative(args, ctx):
+        reason = await ctx.signal  # the signal aborts in this worker when the caller's does
+        return [text_block(f"stopped in pid {os.getpid()}: {reason}")]
+
+    registry.register(echo("slow", execute=cooperative)).result(T)
     controller = AbortController()
 
     async def scenario():
@@ -161,6 +165,54 @@ def test_a_callers_abort_signal_cancels_the_remote_call(registry):
                                                       signal=controller.signal))
         await asyncio.sleep(1.0)
         controller.abort("user pressed stop")
+        start = time.monotonic()
+        result = await asyncio.wait_for(call, T)
+        return result, time.monotonic() - start
+
+    result, waited = asyncio.run(scenario())
+    assert not result.is_error and result.text.endswith(": user pressed stop")
+    assert int(result.text.split()[3].rstrip(":")) != os.getpid() and waited < 5
+
+
+def test_an_already_aborted_signal_reaches_the_tool_aborted(registry):
+    registry.register(echo("check", execute=lambda a, ctx: [text_block(
+        f"{ctx.signal.aborted} {ctx.signal.reason}")])).result(T)
+    controller = AbortController()
+    controller.abort("before the call")
+    result = registry.execute(call_id="a", name="check", arguments={}, signal=controller.signal).result(T)
+    assert result.text == "True before the call"
+
+
+def test_a_force_stoppable_tool_that_ignores_its_deadline_is_stopped_for_real(registry):
+    recorder = Recorder.remote()
+    registry.register(echo("stubborn", timeout_ms=300, extras={"force_stop": True, "force_stop_grace_ms": 100},
+                           execute=lambda a, c: time.sleep(60) or [])).result(T)
+    registry.on("tools/result", actor_listener(Policy.remote(recorder), "observe")).result(T)
+    start = time.monotonic()
+    result = ex(registry.scope("a1"), "stuck", "stubborn")
+    assert time.monotonic() - start < 10
+    assert result.error == {"name": "ToolTimeoutError", "code": "TOOL_TIMEOUT"}
+    assert result.text == "Error: tool call timed out after 300ms"
+    assert wait_for(lambda: ray.get(recorder.all.remote(), timeout=T)) == [("stuck", True)]
+
+
+def test_force_stop_needs_a_budget(registry):
+    from dsh_actors import DefinitionError
+
+    with pytest.raises(DefinitionError, match="force_stop without timeout_ms"):
+        registry.register(echo("nobudget", extras={"force_stop": True})).result(T)
+
+
+def test_a_force_stoppable_tool_that_ignores_its_callers_abort_is_killed_after_the_grace(registry):
+    registry.register(echo("stubborn", timeout_ms=60_000, extras={"force_stop": True, "force_stop_grace_ms": 200},
+                           execute=lambda a, c: time.sleep(60) or [])).result(T)
+    controller = AbortController()
+
+    async def scenario():
+        call = asyncio.ensure_future(registry.execute(call_id="s", name="stubborn", arguments={},
+                                                      signal=controller.signal))
+        await asyncio.sleep(1.0)
+        controller.abort("stop now")
         return await asyncio.wait_for(call, T)
 
     assert asyncio.run(scenario()).error["code"] == "CANCELLED"

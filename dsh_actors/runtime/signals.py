@@ -1,0 +1,119 @@
+"""Abort signals across processes: a caller's abort reaches the tool body wherever it runs.
+
+A caller passes an ordinary :class:`~dsh_actors.core.signal.AbortSignal`. When the call
+leaves the process, the client gives the signal an id; if it aborts, the client tells the
+registry's *signal hub* (a small async actor owned by the registry actor, whose ``abort``
+runs in its own concurrency group, so a hub busy with waiters never delays an abort). The execution task builds a local signal for
+the same id and keeps one ``wait`` call open on the hub while the pipeline runs; when it
+returns, the local signal aborts with the caller's reason — first reason wins, as
+everywhere. The tool body sees ``ctx.signal.aborted`` / ``reason`` / ``await ctx.signal``
+/ ``raise_if_aborted()`` as it would in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+import ray
+
+from ..core.signal import AbortController, AbortSignal
+
+__all__ = ["SignalHub", "link_remote_signal", "portable_reason", "publish_signal"]
+
+_KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
+
+
+@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"abort": 2})
+class SignalHub:
+    """Holds abort reasons by signal id and wakes the tasks waiting on them.
+
+    ``abort`` runs in its own concurrency group — its own thread and event loop — so it
+    wakes waiters with ``call_soon_threadsafe`` on the waiter's loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[str, tuple[Any, float]] = {}
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+    @ray.method(concurrency_group="abort")
+    def abort(self, signal_id: str, reason: Any) -> bool:
+        """Abort ``signal_id`` (first reason wins); ``False`` if it was already aborted."""
+        with self._lock:
+            if signal_id in self._reasons:
+                return False
+            now = time.monotonic()
+            self._reasons[signal_id] = (reason, now)
+            waiters = self._waiters.pop(signal_id, [])
+            for old in [k for k, (_, at) in self._reasons.items() if now - at > _KEEP_S]:
+                del self._reasons[old]
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+        return True
+
+    async def wait(self, signal_id: str) -> Any:
+        """Return the abort reason once ``signal_id`` aborts (cancelled when the call ends)."""
+        loop, event = asyncio.get_running_loop(), asyncio.Event()
+        with self._lock:
+            if signal_id in self._reasons:
+                return self._reasons[signal_id][0]
+            self._waiters.setdefault(signal_id, []).append((loop, event))
+        try:
+            await event.wait()
+            with self._lock:
+                return self._reasons[signal_id][0]
+        finally:
+            with self._lock:
+                remaining = [w for w in self._waiters.get(signal_id, []) if w[1] is not event]
+                if remaining:
+                    self._waiters[signal_id] = remaining
+                else:
+                    self._waiters.pop(signal_id, None)
+
+
+def publish_signal(signal: AbortSignal, hub: Any) -> tuple[str, Callable[[], None]]:
+    """Give ``signal`` an id on ``hub``; its abort is forwarded there. Returns the id and a
+    remover for when the call is over."""
+    signal_id = uuid.uuid4().hex
+    remove = signal.add_listener(lambda reason: hub.abort.remote(signal_id, portable_reason(reason)))
+    return signal_id, remove
+
+
+def portable_reason(reason: Any) -> Any:
+    """Reasons cross processes: keep picklable ones, else their text."""
+    try:
+        ray.cloudpickle.dumps(reason)
+        return reason
+    except Exception:
+        return str(reason)
+
+
+def link_remote_signal(hub: Any, signal_id: str) -> tuple[AbortSignal, Callable[[], None]]:
+    """Inside the execution task: a local signal that aborts when ``signal_id`` does.
+
+    Must be called with the task's event loop running; returns the signal and a stop
+    function that ends the wait on the hub.
+    """
+    controller = AbortController()
+    ref = hub.wait.remote(signal_id)
+
+    async def watch() -> None:
+        try:
+            controller.abort(await ref)
+        except (asyncio.CancelledError, ray.exceptions.RayError):
+            pass
+
+    task = asyncio.get_running_loop().create_task(watch())
+
+    def stop() -> None:
+        task.cancel()
+        try:
+            ray.cancel(ref)
+        except Exception:
+            pass
+
+    return controller.signal, stop
