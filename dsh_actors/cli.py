@@ -1,25 +1,81 @@
-"""The ``dsh-actors`` command line (also ``python -m dsh_actors``)."""
+"""The ``dsh-actors`` command line (also ``python -m dsh_actors``).
+
+* ``demo`` — tools, policies and calls on a local Ray instance of its own.
+* ``approvals list|allow ID|reject ID|policy ask|never`` — answer a registry's pending
+  asks from any driver; joins the cluster at ``--address`` (or ``RAY_ADDRESS``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from typing import Sequence
 
 __all__ = ["main"]
 
 
+def _approvals(args: argparse.Namespace) -> int:
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        print("dsh-actors approvals: no cluster to join; pass --address or set RAY_ADDRESS", file=sys.stderr)
+        return 2
+    import ray
+
+    from .runtime.approval import ApprovalQueue
+    from .runtime.local import ensure_ray
+
+    ensure_ray(address=address, logging_level="ERROR", log_to_driver=False)
+    queue = ApprovalQueue(args.registry, args.namespace)
+    try:
+        if args.action == "list":
+            pending = queue.pending().result(timeout_s=30)
+            if args.json:
+                print(json.dumps(pending))
+            elif not pending:
+                print("no pending approvals")
+            for item in [] if args.json else pending:
+                reason = f" — {item['reason']}" if item.get("reason") else ""
+                print(f"{item['id']}  {item['agent']}  {item['tool_name']}  ({item['call_id']}){reason}")
+            return 0
+        if args.action == "policy":
+            queue.set_policy(args.target, args.agent).result(timeout_s=30)
+            print(f"approval policy is now {args.target}" + (f" for {args.agent}" if args.agent else ""))
+            return 0
+        answer = queue.allow if args.action == "allow" else queue.reject
+        if answer(args.target).result(timeout_s=30):
+            print(f"{args.action}ed {args.target}")
+            return 0
+        print(f"{args.target} is not pending (answered, cancelled, or unknown)", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"dsh-actors approvals: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        ray.shutdown()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dsh-actors", description=__doc__)
+    parser = argparse.ArgumentParser(prog="dsh-actors", description="Tool registry and pipeline on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="register tools and policies, run calls, print results and cards")
+    approvals = commands.add_parser("approvals", help="list and answer pending approval requests")
+    approvals.add_argument("action", choices=["list", "allow", "reject", "policy"])
+    approvals.add_argument("target", nargs="?", help="request id (allow/reject) or ask|never (policy)")
+    approvals.add_argument("--registry", default="default", help="registry name (default: default)")
+    approvals.add_argument("--namespace", default="dsh-actors")
+    approvals.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS)")
+    approvals.add_argument("--agent", help="policy: set it for one agent only")
+    approvals.add_argument("--json", action="store_true", help="list: print JSON")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import main as demo_main
 
         return demo_main()
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+    if args.action != "list" and not args.target:
+        parser.error(f"approvals {args.action} needs a target")
+    return _approvals(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

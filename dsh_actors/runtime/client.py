@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import ray
 
@@ -36,6 +36,9 @@ from .local import ensure_ray
 from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
 from .response import Response, background_loop
 from .version import version_key
+
+if TYPE_CHECKING:
+    from .approval import ApprovalQueue
 
 __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
 
@@ -541,6 +544,24 @@ class ToolRegistry(_Registrar):
                 cancel_task(cancel_box[0])
 
         return Response(lambda: _executor(self).execute(source, cancel_box), on_cancel=cancel)
+
+    # approval
+
+    def approvals(self, policy: str | None = None) -> Response["ApprovalQueue"]:
+        """Mount this registry's approval queue (``ask`` decisions wait for an answer) and
+        return its client; ``policy`` ("ask" or "never") sets its default."""
+        from .approval import ApprovalQueue
+
+        async def run() -> ApprovalQueue:
+            handle = await _call(self._handle().approvals, policy, unavailable=RegistryUnavailableError,
+                                 what="the registry")
+            return ApprovalQueue(self.name, self.namespace, handle)
+        return Response(run)
+
+    def unmount_approvals(self) -> Response[None]:
+        """Unmount the approval queue: ``ask`` degrades to deny again."""
+        return Response(lambda: _call(self._handle().unmount_approvals, unavailable=RegistryUnavailableError,
+                                      what="the registry"))
 
     # scopes and plugins
 

@@ -186,6 +186,7 @@ class RegistryActor:
         self._watchers: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, _Subscriber] = {}
         self._hub: Any = None
+        self._approvals: Any = None
         self._moved = asyncio.Event()  # set (and replaced) when the version moves
         self._acked = asyncio.Event()  # set (and replaced) when any subscriber acknowledges
 
@@ -302,6 +303,33 @@ class RegistryActor:
 
     def schemas(self) -> list[ToolSchema]:
         return self._core.schemas()
+
+    async def approvals(self, policy: str | None) -> Any:
+        """Mount the approval queue (created on first use, owned by this actor); with a
+        ``policy``, set its default. Returns the queue's handle."""
+        from .approval import ActorApproval, ApprovalQueueActor, _check_policy, approvals_actor_name
+
+        if self._approvals is None:
+            self._approvals = ApprovalQueueActor.options(
+                name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
+            ).remote(self._core.namespace, _check_policy(policy or "ask"))
+            self._core.state.approval = ActorApproval(self._approvals)
+            self._core.state.touched()
+            self._core.bump()
+            await self._settled()
+        elif policy is not None:
+            await self._approvals.set_policy.remote(_check_policy(policy))
+        return self._approvals
+
+    async def unmount_approvals(self) -> None:
+        """Unmount the approval queue: ``ask`` degrades to deny again."""
+        if self._approvals is not None:
+            ray.kill(self._approvals)
+            self._approvals = None
+            self._core.state.approval = None
+            self._core.state.touched()
+            self._core.bump()
+            await self._settled()
 
     def signal_hub(self) -> Any:
         """The hub carrying callers' aborts to execution tasks (owned by this actor)."""

@@ -1,0 +1,203 @@
+"""The approval seam as an actor: an approval queue that humans or supervisors answer.
+
+``registry.approvals(policy="ask")`` mounts the registry's approval queue (an actor owned
+by the registry actor). An ``ask`` decision then becomes a pending request that any
+driver can list and answer — ``ApprovalQueue.pending()`` / ``allow(id)`` /
+``reject(id)``, or ``dsh-actors approvals list|allow|reject``. Outcomes follow the
+specification: ``allowed-once`` (the only grant; nothing is remembered), ``rejected``,
+``cancelled`` (the call's signal aborted first; a late answer is discarded) and
+``unavailable`` (the queue is gone). With policy ``never`` every ask is rejected without
+asking. Each request appends ``approval/asked`` and then ``approval/decided`` to the
+agent's session log (the session whose id is the agent id, when one is open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import ray
+
+from ..core.pipeline import ApprovalRequest
+from .errors import RayRuntimeError, translate
+from .response import Response
+from .session import session_actor_name
+
+__all__ = ["ActorApproval", "ApprovalQueue", "ApprovalQueueActor", "POLICIES", "approvals_actor_name"]
+
+POLICIES = ("ask", "never")
+ANSWERS = ("allowed-once", "rejected")
+
+
+def approvals_actor_name(registry: str) -> str:
+    return f"dsh-approvals:{registry}"
+
+
+def _check_policy(policy: object) -> str:
+    if policy not in POLICIES:
+        raise ValueError('approval policy must be one of "ask" or "never"')
+    return policy  # type: ignore[return-value]
+
+
+class _Pending:
+    __slots__ = ("future", "info")
+
+    def __init__(self, future: asyncio.Future[str], info: dict[str, Any]) -> None:
+        self.future = future
+        self.info = info
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class ApprovalQueueActor:
+    """Pending asks, their answers, the policy, and the session-log records."""
+
+    def __init__(self, namespace: str, policy: str = "ask") -> None:
+        self._namespace = namespace
+        self._policy = _check_policy(policy)
+        self._overrides: dict[str, str] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._cancelled: set[str] = set()
+
+    async def _log(self, agent: str, event: dict[str, Any]) -> None:
+        try:
+            session = ray.get_actor(session_actor_name(agent), namespace=self._namespace)
+        except ValueError:
+            return  # no session open for this agent
+        await session.append.remote(event)
+
+    async def request(self, request_id: str, agent: str, tool_name: str, call_id: str | None,
+                      reason: str | None) -> str:
+        asked: dict[str, Any] = {"type": "approval/asked", "id": request_id, "tool_name": tool_name}
+        if call_id is not None:
+            asked["call_id"] = call_id
+        if reason is not None:
+            asked["reason"] = reason
+        await self._log(agent, asked)  # a failing append fails the request before anything is decided
+        if request_id in self._cancelled:
+            self._cancelled.discard(request_id)
+            outcome = "cancelled"
+        elif self._overrides.get(agent, self._policy) == "never":
+            outcome = "rejected"
+        else:
+            future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self._pending[request_id] = _Pending(future, {
+                "id": request_id, "agent": agent, "tool_name": tool_name, "call_id": call_id,
+                "reason": reason, "asked_at": time.time(),
+            })
+            try:
+                outcome = await future
+            finally:
+                self._pending.pop(request_id, None)
+        await self._log(agent, {"type": "approval/decided", "id": request_id, "outcome": outcome})
+        return outcome
+
+    def _settle(self, request_id: str, outcome: str) -> bool:
+        entry = self._pending.get(request_id)
+        if entry is None or entry.future.done():
+            return False
+        entry.future.set_result(outcome)
+        return True
+
+    def answer(self, request_id: str, outcome: str) -> bool:
+        """Answer a pending ask; ``False`` when it is no longer pending (first answer wins)."""
+        if outcome not in ANSWERS:
+            raise ValueError(f"an answer is one of {', '.join(ANSWERS)}; got {outcome!r}")
+        return self._settle(request_id, outcome)
+
+    def cancel(self, request_id: str) -> bool:
+        """The call's signal aborted: settle as cancelled (or refuse the ask when it arrives)."""
+        if self._settle(request_id, "cancelled"):
+            return True
+        if request_id not in self._pending:
+            self._cancelled.add(request_id)
+        return False
+
+    def pending(self) -> list[dict[str, Any]]:
+        return sorted((dict(p.info) for p in self._pending.values()), key=lambda info: info["asked_at"])
+
+    async def set_policy(self, policy: str, agent: str | None = None) -> None:
+        _check_policy(policy)
+        if agent is None:
+            self._policy = policy
+            return
+        self._overrides[agent] = policy
+        await self._log(agent, {"type": "approval/policy", "policy": policy})
+
+    def policy(self, agent: str | None = None) -> str:
+        return self._overrides.get(agent, self._policy) if agent is not None else self._policy
+
+
+class ActorApproval:
+    """The seam an execution plan carries: asks the queue actor, follows the call's signal."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorApproval, (self.handle,))
+
+    async def request(self, request: ApprovalRequest) -> str:
+        signal = request.signal
+        if signal is not None and signal.aborted:
+            return "cancelled"  # no one is asked
+        request_id = uuid.uuid4().hex
+        ref = self.handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
+                                         request.reason)
+        remove = signal.add_listener(lambda _: self.handle.cancel.remote(request_id)) if signal else None
+        try:
+            return await ref
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return "unavailable"
+        except ray.exceptions.RayError as exc:
+            raise translate(exc, what="the approval queue") from None
+        finally:
+            if remove is not None:
+                remove()
+
+
+class ApprovalQueue:
+    """Client of a registry's approval queue: list pending asks and answer them."""
+
+    def __init__(self, registry: str, namespace: str, handle: Any = None) -> None:
+        self.registry = registry
+        self.namespace = namespace
+        self._actor = handle
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ApprovalQueue, (self.registry, self.namespace))
+
+    def _handle(self) -> Any:
+        if self._actor is None:
+            self._actor = ray.get_actor(approvals_actor_name(self.registry), namespace=self.namespace)
+        return self._actor
+
+    def _call(self, method: str, *args: Any) -> Response[Any]:
+        async def run() -> Any:
+            try:
+                return await getattr(self._handle(), method).remote(*args)
+            except ray.exceptions.RayError as exc:
+                raise translate(exc, actor=RayRuntimeError, what="the approval queue") from None
+        return Response(run)
+
+    def pending(self) -> Response[list[dict[str, Any]]]:
+        """Pending asks, oldest first: ``id``, ``agent``, ``tool_name``, ``call_id``, ``reason``."""
+        return self._call("pending")
+
+    def allow(self, request_id: str) -> Response[bool]:
+        """Grant one pending ask once; ``False`` when it is no longer pending."""
+        return self._call("answer", request_id, "allowed-once")
+
+    def reject(self, request_id: str) -> Response[bool]:
+        return self._call("answer", request_id, "rejected")
+
+    def set_policy(self, policy: str, agent: str | None = None) -> Response[None]:
+        """``ask`` or ``never``, for everyone or (recorded in its session log) one agent."""
+        _check_policy(policy)
+        return self._call("set_policy", policy, agent)
+
+    def policy(self, agent: str | None = None) -> Response[str]:
+        return self._call("policy", agent)
