@@ -122,6 +122,14 @@ def define_tool(
         except Exception:
             return False
 
+    return _definition(owner, name, description, json_schema, run, budget, fits,
+                       present_call, present_result, extras)
+
+
+def _definition(owner: str, name: str, description: str, json_schema: Any, run: Callable[..., Any],
+                budget: float | None, fits: Callable[[Any], bool], present_call: Callable[..., Any] | None,
+                present_result: Callable[..., Any] | None, extras: Mapping[str, Any] | None) -> ToolDefinition:
+    """The frozen definition both ``define_tool`` and ``@tool`` produce."""
     return ToolDefinition(
         name=name,
         description=description,
@@ -241,16 +249,8 @@ def tool(
             return False
         return True
 
-    return ToolDefinition(
-        name=tool_name,
-        description=summary,
-        parameters=_frozen_schema(owner, json_schema),
-        execute=run,
-        timeout_ms=budget,
-        present_call=_soft_presenter(tool_name, present_call, fits, validate_call_view),
-        present_result=_soft_presenter(tool_name, present_result, fits, validate_result_view),
-        extras=FrozenDict(extras or {}),
-    )
+    return _definition(owner, tool_name, summary, json_schema, run, budget, fits,
+                       present_call, present_result, extras)
 
 
 def _arguments_model(owner: str, fn: Callable[..., Any]) -> tuple[type[pydantic.BaseModel], str | None]:

@@ -21,7 +21,7 @@ from typing import Any
 import ray
 
 from ..core.pipeline import ApprovalRequest
-from .errors import RayRuntimeError, translate
+from .errors import remote_call, translate
 from .response import Response
 from .session import session_actor_name
 
@@ -176,12 +176,7 @@ class ApprovalQueue:
         return self._actor
 
     def _call(self, method: str, *args: Any) -> Response[Any]:
-        async def run() -> Any:
-            try:
-                return await getattr(self._handle(), method).remote(*args)
-            except ray.exceptions.RayError as exc:
-                raise translate(exc, actor=RayRuntimeError, what="the approval queue") from None
-        return Response(run)
+        return Response(lambda: remote_call(getattr(self._handle(), method), *args, what="the approval queue"))
 
     def pending(self) -> Response[list[dict[str, Any]]]:
         """Pending asks, oldest first: ``id``, ``agent``, ``tool_name``, ``call_id``, ``reason``."""

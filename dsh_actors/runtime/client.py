@@ -22,14 +22,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import ray
 
-from ..core.errors import HarnessError, ToolTimeoutError, error_result
+from ..core.errors import ToolTimeoutError, error_result
 from ..core.jsonvalue import snapshot
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.registry import Event, check_guard, check_listener, snapshot_definition
 from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
-from .errors import ExecutionCancelledError, RegistryUnavailableError, ScopeUnavailableError, translate
+from .errors import (
+    ExecutionCancelledError,
+    RegistryUnavailableError,
+    ScopeUnavailableError,
+    remote_call,
+    translate,
+)
 from .signals import portable_reason, publish_signal
 from .execution import NEED_PLAN, STALE, pack_call, run_execution
 from .local import ensure_ray
@@ -68,14 +74,6 @@ def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
     timer = threading.Timer(grace_s, force)
     timer.daemon = True
     timer.start()
-
-
-async def _call(method: Any, *args: Any, unavailable: type[HarnessError], what: str) -> Any:
-    """One actor call; Ray's failures become ours (an application error is re-raised as is)."""
-    try:
-        return await method.remote(*args)
-    except ray.exceptions.RayError as exc:
-        raise translate(exc, actor=unavailable, what=what) from None
 
 
 class Disposer:
@@ -296,11 +294,11 @@ class _Executor:
         ticket = None if refresh else self._tickets.get(agent)
         if ticket is None:
             if agent is None:
-                ticket = await _call(self._registry._handle().plan, unavailable=RegistryUnavailableError,
+                ticket = await remote_call(self._registry._handle().plan, unavailable=RegistryUnavailableError,
                                      what="the registry")
             else:
                 handle = await self._registry._scope_handle(agent)
-                ticket = await _call(handle.plan, unavailable=ScopeUnavailableError,
+                ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
                                      what=f"the scope of agent {agent!r}")
             self._tickets[agent] = ticket
         return ticket
@@ -459,25 +457,25 @@ class ToolRegistry(_Registrar):
 
     async def _signal_hub(self) -> Any:
         if self._hub is None:
-            self._hub = await _call(self._handle().signal_hub, unavailable=RegistryUnavailableError,
+            self._hub = await remote_call(self._handle().signal_hub, unavailable=RegistryUnavailableError,
                                     what="the registry")
         return self._hub
 
     async def _scope_handle(self, agent: str) -> Any:
         handle = self._scope_handles.get(agent)
         if handle is None:
-            handle = await _call(self._handle().ensure_scope, agent, unavailable=RegistryUnavailableError,
+            handle = await remote_call(self._handle().ensure_scope, agent, unavailable=RegistryUnavailableError,
                                  what="the registry")
             self._scope_handles[agent] = handle
         return handle
 
     def _registration(self, method: Any, *args: Any, dispose: Any = None) -> Response[Disposer]:
         async def run() -> Disposer:
-            reg_id = await _call(method, *args, unavailable=RegistryUnavailableError, what="the registry")
+            reg_id = await remote_call(method, *args, unavailable=RegistryUnavailableError, what="the registry")
             target = dispose or self._handle().dispose
 
             async def undo() -> None:
-                await _call(target, reg_id, unavailable=RegistryUnavailableError, what="the registry")
+                await remote_call(target, reg_id, unavailable=RegistryUnavailableError, what="the registry")
             return Disposer(undo)
 
         return Response(run)
@@ -511,7 +509,7 @@ class ToolRegistry(_Registrar):
     # views (global)
 
     def _view(self, method: str, *args: Any) -> Response[Any]:
-        return Response(lambda: _call(getattr(self._handle(), method), *args,
+        return Response(lambda: remote_call(getattr(self._handle(), method), *args,
                                       unavailable=RegistryUnavailableError, what="the registry"))
 
     def get(self, name: str, scope: str | None = None) -> Response[ToolDefinition | None]:
@@ -553,14 +551,14 @@ class ToolRegistry(_Registrar):
         from .approval import ApprovalQueue
 
         async def run() -> ApprovalQueue:
-            handle = await _call(self._handle().approvals, policy, unavailable=RegistryUnavailableError,
+            handle = await remote_call(self._handle().approvals, policy, unavailable=RegistryUnavailableError,
                                  what="the registry")
             return ApprovalQueue(self.name, self.namespace, handle)
         return Response(run)
 
     def unmount_approvals(self) -> Response[None]:
         """Unmount the approval queue: ``ask`` degrades to deny again."""
-        return Response(lambda: _call(self._handle().unmount_approvals, unavailable=RegistryUnavailableError,
+        return Response(lambda: remote_call(self._handle().unmount_approvals, unavailable=RegistryUnavailableError,
                                       what="the registry"))
 
     # scopes and plugins
@@ -616,18 +614,18 @@ class AgentScope(_Registrar):
     def _scoped(self, method: str, *args: Any) -> Response[Any]:
         async def run() -> Any:
             handle = await self.registry._scope_handle(self.agent_id)
-            return await _call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+            return await remote_call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
                                what=f"the scope of agent {self.agent_id!r}")
         return Response(run)
 
     def _scoped_registration(self, method: str, *args: Any) -> Response[Disposer]:
         async def run() -> Disposer:
             handle = await self.registry._scope_handle(self.agent_id)
-            reg_id = await _call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+            reg_id = await remote_call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
                                  what=f"the scope of agent {self.agent_id!r}")
 
             async def undo() -> None:
-                await _call(handle.dispose, reg_id, unavailable=ScopeUnavailableError,
+                await remote_call(handle.dispose, reg_id, unavailable=ScopeUnavailableError,
                             what=f"the scope of agent {self.agent_id!r}")
             return Disposer(undo)
         return Response(run)
@@ -712,6 +710,6 @@ class Plugin(_Registrar):
 
     def dispose(self) -> Response[int]:
         """Dispose every registration of this plugin, last first; resolves to how many."""
-        return Response(lambda: _call(self.registry._handle().dispose_owner, self._owner,
+        return Response(lambda: remote_call(self.registry._handle().dispose_owner, self._owner,
                                       unavailable=RegistryUnavailableError, what="the registry"))
 

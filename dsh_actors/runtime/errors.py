@@ -19,6 +19,8 @@ is unwrapped to the original exception.
 
 from __future__ import annotations
 
+from typing import Any
+
 import ray.exceptions as rx
 
 from ..core.errors import HarnessError, error_message
@@ -32,6 +34,7 @@ __all__ = [
     "RegistryUnavailableError",
     "ScopeUnavailableError",
     "WorkerCrashedError",
+    "remote_call",
     "translate",
 ]
 
@@ -118,3 +121,13 @@ def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError
         return exc
     mapped.__cause__ = exc
     return mapped
+
+
+async def remote_call(method: Any, *args: Any, unavailable: type[HarnessError] = RayRuntimeError,
+                      what: str = "the call") -> Any:
+    """Await one actor method call; Ray's failures become ours (an application error
+    raised by the method is re-raised as itself)."""
+    try:
+        return await method.remote(*args)
+    except rx.RayError as exc:
+        raise translate(exc, actor=unavailable, what=what) from None

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import ray
 
 from ..log import FrameFile, FsyncPolicy, check_event, derive_messages
-from .errors import RayRuntimeError, translate
+from .errors import remote_call
 from .local import ensure_ray
 from .response import Response
 
@@ -84,12 +84,7 @@ class SessionLog:
         return self._actor
 
     def _call(self, method: str, *args: Any) -> Response[Any]:
-        async def run() -> Any:
-            try:
-                return await getattr(self._handle(), method).remote(*args)
-            except ray.exceptions.RayError as exc:
-                raise translate(exc, actor=RayRuntimeError, what=f"session log {self.session_id!r}") from None
-        return Response(run)
+        return Response(lambda: remote_call(getattr(self._handle(), method), *args, what=f"session log {self.session_id!r}"))
 
     def append(self, event: Mapping[str, Any]) -> Response[int]:
         """Append one event; resolves (to its index) once it is on disk per the fsync policy."""
