@@ -19,13 +19,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from .errors import DefinitionError, DuplicateToolError, RestrictionError
+from .errors import DefinitionError, DuplicateToolError, ReservedNameError, RestrictionError
 from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot
 from .pipeline import ApprovalSeam, ExecutionPlan, execute as run_pipeline
+from .pipeline.chain import settle
 from .types import ToolDefinition, ToolExecutionResult, ToolSchema
 
 __all__ = [
     "EVENTS",
+    "MODES",
+    "RUN_CODE",
     "ScopeLayer",
     "compose_plan",
     "visible_tools",
@@ -227,6 +230,19 @@ def check_listener(event: str, fn: Callable[..., Any]) -> None:
         raise DefinitionError("tools/result observers are synchronous (observe-only); use a plain function")
 
 
+MODES = ("native", "code", "both")
+RUN_CODE = "run_code"
+
+
+def check_reserved(name: str, reserved: Iterable[str]) -> None:
+    """Misuse check: a reserved transport's name cannot be registered or shadowed."""
+    if name in reserved:
+        raise ReservedNameError(
+            f'tool name "{name}" is reserved for the Code Mode presentation transport and cannot be '
+            "registered or shadowed"
+        )
+
+
 class ScopeLayer:
     """One agent's own layer: its tools (shadowing globals), restrictions and guards.
 
@@ -280,11 +296,14 @@ def visible_tools(global_tools: Mapping[str, ToolDefinition], layer: ScopeLayer 
 
 
 def compose_plan(base: ExecutionPlan, layer: ScopeLayer | None) -> ExecutionPlan:
-    """An agent's plan: ``base`` (global tools, the agent's chains, global guards) plus its layer."""
+    """An agent's plan: ``base`` (global tools, the agent's chains, global guards) plus its
+    layer; reserved transports stay last and are never masked."""
     if layer is None or layer.empty:
         return base
+    tools = visible_tools({n: d for n, d in base.tools.items() if n not in base.reserved}, layer)
+    tools.update(base.reserved)
     return ExecutionPlan(
-        tools=FrozenDict(visible_tools(base.tools, layer)),
+        tools=FrozenDict(tools), reserved=base.reserved,
         pre_execute=base.pre_execute, execute=base.execute, post_execute=base.post_execute,
         result=base.result, guards=base.guards + tuple(e.fn for e in layer.guards), approval=base.approval,
     )
@@ -297,7 +316,14 @@ class RegistryState:
     Plans are cached until the next change, so a call never computes one.
     """
 
-    def __init__(self, *, approval: ApprovalSeam | None = None) -> None:
+    def __init__(self, *, approval: ApprovalSeam | None = None, mode: str = "native",
+                 transport: ToolDefinition | None = None) -> None:
+        if mode not in MODES:
+            raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
+        if (mode != "native") != (transport is not None):
+            raise DefinitionError("a non-native mode needs its run_code transport, and only then")
+        self.mode = mode
+        self.transport = transport
         self.globals: dict[str, ToolDefinition] = {}
         self.layers: dict[str, ScopeLayer] = {}
         self.guards: list[_Entry] = []
@@ -342,8 +368,13 @@ class RegistryState:
 
     # tools
 
+    @property
+    def reserved_names(self) -> tuple[str, ...]:
+        return (RUN_CODE,) if self.transport is not None else ()
+
     def add_tool(self, definition: Any, scope: str | None = None) -> Callable[[], None]:
         frozen = snapshot_definition(definition)
+        check_reserved(frozen.name, self.reserved_names)
         if scope is None:
             if frozen.name in self.globals:
                 raise DuplicateToolError(
@@ -378,7 +409,7 @@ class RegistryState:
                 "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
                 "masks one agent's view of the global tools"
             )
-        restriction = compile_restriction(spec, self.globals, reserved)
+        restriction = compile_restriction(spec, self.globals, (*reserved, *self.reserved_names))
         remove = self._layer(scope).add_restriction(restriction)
         self.touched()
         self.emit_change()
@@ -418,8 +449,9 @@ class RegistryState:
     # views
 
     def visible(self, scope: str | None = None) -> dict[str, ToolDefinition]:
-        """Restricted global layer, then the scope's own layer (a shadow keeps its position)."""
-        return visible_tools(self.globals, self.layers.get(scope) if scope is not None else None)
+        """Restricted global layer, then the scope's own layer (a shadow keeps its position),
+        then ``run_code`` in a non-native mode."""
+        return dict(self.plan(scope).tools)
 
     def known_names(self, scope: str | None = None) -> list[str]:
         """Every global name plus the scope's own names, restrictions not applied."""
@@ -437,9 +469,10 @@ class RegistryState:
                 _PLAN_FIELD[event]: tuple(e.fn for e in entries if e.scope is None or e.scope == scope)
                 for event, entries in self.chains.items()
             }
+            reserved = FrozenDict({RUN_CODE: self.transport} if self.transport is not None else {})
             plan = ExecutionPlan(
-                tools=FrozenDict(self.globals), guards=tuple(e.fn for e in self.guards),
-                approval=self.approval, **chains,
+                tools=FrozenDict({**self.globals, **reserved}), guards=tuple(e.fn for e in self.guards),
+                approval=self.approval, reserved=reserved, **chains,
             )
             self._base_plans[scope] = plan
         return plan
@@ -566,10 +599,33 @@ class InMemoryRegistry(_Owner):
     scope; ``plugin(name)`` groups global registrations for disposal together.
     """
 
-    def __init__(self, *, approval: ApprovalSeam | None = None) -> None:
-        self._state = RegistryState(approval=approval)
+    def __init__(self, *, approval: ApprovalSeam | None = None, mode: str = "native",
+                 code_runtime: Any = None, on_code_dispatch: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+        transport = None
+        if mode != "native":
+            from ..codemode.transport import build_run_code
+
+            async def record(agent: str, event: dict[str, Any]) -> None:
+                if on_code_dispatch is not None:
+                    await settle(on_code_dispatch(agent, event))
+
+            transport = build_run_code(mode, lambda: self.code_runtime, lambda: self.execute, lambda: record)
+        self.code_runtime = code_runtime
+        self._state = RegistryState(approval=approval, mode=mode, transport=transport)
         self._scopes: dict[str, AgentScopeView] = {}
         super().__init__(self, None)
+
+    @property
+    def mode(self) -> str:
+        return self._state.mode
+
+    def sdk(self, scope: str | None = None) -> str:
+        """The ``tools:sdk`` section text for ``scope`` (Code Mode); raises without a runtime."""
+        from ..codemode.sdk import sdk_section_text
+        from ..codemode.transport import check_runtime
+
+        check_runtime(self._state.mode, self.code_runtime)
+        return sdk_section_text(s for s in self.schemas(scope) if s["name"] != RUN_CODE)
 
     @property
     def state(self) -> RegistryState:

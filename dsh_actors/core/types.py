@@ -262,11 +262,14 @@ def _rebuild_execution(token: ExecutionToken, call_id: str, name: str, arguments
 class ToolRunContext:
     """What a tool body receives: the execution's fields plus :meth:`defer_context`."""
 
-    __slots__ = ("execution", "_deferred")
+    __slots__ = ("execution", "_deferred", "visible")
 
-    def __init__(self, execution: ToolExecution, deferred: list[Any]) -> None:
+    def __init__(self, execution: ToolExecution, deferred: list[Any],
+                 visible: Mapping[str, "ToolDefinition"] | None = None) -> None:
         self.execution = execution
         self._deferred = deferred
+        self.visible: Mapping[str, ToolDefinition] = visible if visible is not None else FrozenDict()
+        """The tools the calling scope sees (Code Mode binds these)."""
 
     token = property(lambda self: self.execution.token)
     call_id = property(lambda self: self.execution.call_id)

@@ -69,7 +69,7 @@ async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred:
         definition = plan.tools.get(execution.name)
         if definition is None:
             raise ToolNotFoundError(execution.name)
-        value = await settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred)))
+        value = await settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools)))
         return _normalise_return(execution.name, value)
     except (Exception, SystemExit) as exc:  # the tool body's error boundary
         return ToolExecutionResult(error_result(exc))

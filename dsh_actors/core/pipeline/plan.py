@@ -52,6 +52,9 @@ class ExecutionPlan:
     guards: tuple[Callable[..., Any], ...] = ()
     """Global guards in registration order, then the agent's."""
     approval: ApprovalSeam | None = None
+    reserved: Mapping[str, ToolDefinition] = field(default_factory=FrozenDict)
+    """Reserved transports (Code Mode's ``run_code``): also in ``tools``, always last, and
+    never masked by a restriction."""
 
 
 PlanResolver = Callable[[str | None], ExecutionPlan]
