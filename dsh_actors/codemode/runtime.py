@@ -334,9 +334,9 @@ class _Replies:
             pass
 
     def close(self) -> None:
+        # In-flight binding calls are not cancelled: their owner (the Code Mode bridge)
+        # aborts them through the run's signal and drains them; their replies are dropped.
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
 
 
 def _done(message: dict[str, Any], ledger: _Ledger, config: CodeRuntimeConfig) -> RunResult:
