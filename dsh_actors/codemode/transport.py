@@ -46,6 +46,7 @@ DESCRIPTION = (
 )
 
 Dispatch = Callable[[dict[str, Any]], Awaitable[ToolExecutionResult]]
+"""Runs one sub-call through the full pipeline; may carry ``close()`` for the run's end."""
 RecordDispatch = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
@@ -120,14 +121,16 @@ def _present_result(args: Any, result: Mapping[str, Any]) -> dict[str, Any] | No
     return {"card": "generic", "content": [text_block(text)]} if text else {"card": "generic"}
 
 
-def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatch: Callable[[], Dispatch],
-                   record: Callable[[], RecordDispatch | None] = lambda: None) -> ToolDefinition:
+def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatch: Callable[[Any], Dispatch],
+                   record: Callable[[], RecordDispatch | None] = lambda: None,
+                   extras: Mapping[str, Any] | None = None) -> ToolDefinition:
     """The ``run_code`` definition for a registry in ``mode``.
 
-    ``runtime()`` gives the code runtime where the body runs; ``dispatch()`` gives the
-    function that runs one sub-call through the full pipeline; ``record()`` gives the
-    function that appends a ``tool/code-dispatch`` event for an agent (or ``None``).
-    All three are called in the process that runs the body.
+    ``runtime()`` gives the code runtime where the body runs; ``dispatch(run_signal)``
+    gives, per run, the function that runs one sub-call through the full pipeline (the
+    Ray runtime routes it through a queue actor; the run's signal reaches it);
+    ``record()`` gives the function that appends a ``tool/code-dispatch`` event for an
+    agent (or ``None``). All are called in the process that runs the body.
     """
 
     async def execute(args: Any, ctx: ToolRunContext) -> Any:
@@ -136,7 +139,7 @@ def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatc
         outer = ctx.signal
         unfollow = outer.add_listener(run.controller.abort) if outer is not None else None
         names = sorted(n for n in ctx.visible if n != RUN_CODE)
-        send, log = dispatch(), record()
+        send, log = dispatch(run.controller.signal), record()
         bindings = {name: _binding(name, run, ctx, send, log) for name in names}
         try:
             outcome = await code_runtime.run(args["code"], bindings, run.controller.signal)
@@ -146,6 +149,9 @@ def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatc
                 unfollow()
             async with run.lock:  # drain: every in-flight or queued sub-call has finished
                 pass
+            close = getattr(send, "close", None)
+            if close is not None:
+                await close()
         logs = list(outcome.logs)
         if outcome.error is not None:
             message = f"code run failed ({outcome.error.kind}): {outcome.error.message}"
@@ -164,6 +170,7 @@ def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatc
         execute=execute,
         present_call=_present_call,
         present_result=_present_result,
+        extras=extras,
     )
 
 

@@ -609,7 +609,7 @@ class InMemoryRegistry(_Owner):
                 if on_code_dispatch is not None:
                     await settle(on_code_dispatch(agent, event))
 
-            transport = build_run_code(mode, lambda: self.code_runtime, lambda: self.execute, lambda: record)
+            transport = build_run_code(mode, lambda: self.code_runtime, lambda signal: self.execute, lambda: record)
         self.code_runtime = code_runtime
         self._state = RegistryState(approval=approval, mode=mode, transport=transport)
         self._scopes: dict[str, AgentScopeView] = {}

@@ -26,7 +26,8 @@ from ..core.errors import ToolTimeoutError, error_result
 from ..core.jsonvalue import snapshot
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
-from ..core.registry import Event, check_guard, check_listener, snapshot_definition
+from ..core.errors import DefinitionError
+from ..core.registry import MODES, RUN_CODE, Event, check_guard, check_listener, snapshot_definition
 from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
 from .errors import (
@@ -431,15 +432,44 @@ class ToolRegistry(_Registrar):
         self._hub: Any = None
 
     @classmethod
-    def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE,
-                detached: bool = False) -> "ToolRegistry":
-        """Get or create the registry actor ``name`` and return its client."""
+    def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
+                mode: str = "native", code_runtime: Any = None) -> "ToolRegistry":
+        """Get or create the registry actor ``name`` and return its client.
+
+        ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
+        ``code_runtime``, a :class:`~dsh_actors.codemode.runtime.CodeRuntimeConfig` for the
+        sandbox each worker runs programs in. Connecting to an existing registry with a
+        different mode raises.
+        """
+        if mode not in MODES:
+            raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
         ensure_ray()
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        handle = RegistryActor.options(**options).remote(name, namespace, detached)
+        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime)
+        actual = ray.get(handle.config.remote(), timeout=120)["mode"]
+        if actual != mode:
+            raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
         return cls(name, namespace, handle)
+
+    def sdk(self, scope: str | None = None) -> Response[str]:
+        """The ``tools:sdk`` section for ``scope`` (Code Mode); raises without a code runtime."""
+        from ..codemode.sdk import sdk_section_text
+        from ..codemode.transport import CodeRuntimeMissingError
+
+        async def run() -> str:
+            config = await remote_call(self._handle().config, unavailable=RegistryUnavailableError,
+                                       what="the registry")
+            if config["mode"] == "native":
+                raise CodeRuntimeMissingError('the tools:sdk section exists only in mode "code" or "both"')
+            if not config["code_runtime"]:
+                raise CodeRuntimeMissingError(
+                    f'dsh-actors: mode "{config["mode"]}" requires a code runtime — connect with '
+                    "code_runtime=CodeRuntimeConfig() or set tools mode to \"native\"")
+            schemas = await self.schemas(scope)
+            return sdk_section_text(s for s in schemas if s["name"] != RUN_CODE)
+        return Response(run)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ToolRegistry, (self.name, self.namespace))

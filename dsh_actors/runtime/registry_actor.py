@@ -69,10 +69,11 @@ def force_stops_of(plan: ExecutionPlan) -> dict[str, tuple[float, float]]:
 class RegistryCore:
     """The registry's state and bookkeeping, without Ray's actor machinery."""
 
-    def __init__(self, name: str, namespace: str, publish: Callable[[int], None]) -> None:
+    def __init__(self, name: str, namespace: str, publish: Callable[[int], None], *, mode: str = "native",
+                 transport: ToolDefinition | None = None) -> None:
         self.name = name
         self.namespace = namespace
-        self.state = RegistryState()
+        self.state = RegistryState(mode=mode, transport=transport)
         self._publish = publish
         self.version = 0
         self._ids = itertools.count(1)
@@ -140,13 +141,13 @@ class RegistryCore:
         return self.version, self.state.base_plan(agent)
 
     def get(self, name: str) -> ToolDefinition | None:
-        return self.state.globals.get(name)
+        return self.state.plan(None).tools.get(name)
 
     def visible(self) -> list[ToolDefinition]:
-        return list(self.state.globals.values())
+        return list(self.state.plan(None).tools.values())
 
     def schemas(self) -> list[ToolSchema]:
-        return [d.schema() for d in self.state.globals.values()]
+        return [d.schema() for d in self.state.plan(None).tools.values()]
 
 
 LEASE_S = 2.0
@@ -175,9 +176,18 @@ class RegistryActor:
     than the last change that returned.
     """
 
-    def __init__(self, name: str, namespace: str, detached: bool) -> None:
+    def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
+                 code_runtime: Any = None, queues: int = 2) -> None:
         key = version_key(namespace, name)
-        self._core = RegistryCore(name, namespace, lambda v: write_version(key, v))
+        transport = None
+        self._queues: list[Any] = []
+        if mode != "native":
+            from .codemode import CodeRunQueue, ray_run_code
+
+            self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]
+            transport = ray_run_code(mode, namespace, self._queues, code_runtime)
+        self._mode, self._code_runtime = mode, code_runtime
+        self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), mode=mode, transport=transport)
         self._core.version = read_version(key)  # a recreated registry never reuses a version
         self._core.bump()
         self._detached = detached
@@ -367,3 +377,7 @@ class RegistryActor:
 
     def ping(self) -> str:
         return "pong"
+
+    def config(self) -> dict[str, Any]:
+        """The mode and whether a code runtime is configured (for the SDK and clients)."""
+        return {"mode": self._mode, "code_runtime": self._code_runtime is not None}

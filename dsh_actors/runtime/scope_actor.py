@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import ray
 
 from ..core.pipeline import ExecutionPlan
-from ..core.registry import ScopeLayer, compile_restriction, compose_plan, snapshot_definition
+from ..core.registry import ScopeLayer, check_reserved, compile_restriction, compose_plan, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
 from .registry_actor import PlanTicket
@@ -38,13 +38,14 @@ class ScopeCore:
         self._undo[reg_id] = undo
         return reg_id
 
-    def register(self, definition: Any) -> int:
+    def register(self, definition: Any, reserved: tuple[str, ...] = ()) -> int:
         frozen = snapshot_definition(definition)
+        check_reserved(frozen.name, reserved)
         execution_options(frozen)
         return self._track(self.layer.add_tool(frozen))
 
-    def restrict(self, spec: Mapping[str, Any] | None, global_names: list[str]) -> int:
-        return self._track(self.layer.add_restriction(compile_restriction(spec, global_names)))
+    def restrict(self, spec: Mapping[str, Any] | None, global_names: list[str], reserved: tuple[str, ...] = ()) -> int:
+        return self._track(self.layer.add_restriction(compile_restriction(spec, global_names, reserved)))
 
     def guard(self, guard: Callable[..., Any]) -> int:
         return self._track(self.layer.add_guard(guard, self.agent))
@@ -75,6 +76,10 @@ class ScopeActor:
         self._layer_version = 0
         self._closed = False
 
+    async def _reserved(self) -> tuple[str, ...]:
+        _, base = await self._base_plan()
+        return tuple(base.reserved)
+
     async def _changed(self) -> int:
         self._layer_version += 1
         return await self._registry.bump.remote()
@@ -94,7 +99,7 @@ class ScopeActor:
     async def register(self, definition: Any) -> int:
         async with self._lock:
             self._check_open()
-            reg_id = self._core.register(definition)
+            reg_id = self._core.register(definition, await self._reserved())
             await self._changed()
             return reg_id
 
@@ -102,7 +107,7 @@ class ScopeActor:
         async with self._lock:
             self._check_open()
             names = await self._registry.global_names.remote()
-            reg_id = self._core.restrict(spec, names)
+            reg_id = self._core.restrict(spec, names, await self._reserved())
             await self._changed()
             return reg_id
 

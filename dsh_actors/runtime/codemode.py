@@ -1,0 +1,137 @@
+"""Code Mode on Ray: per-run queues in pooled queue actors, and the worker-side bridge.
+
+The registry actor keeps a small pool of :class:`CodeRunQueue` actors (created with the
+registry, so no run pays an actor start-up). Each ``run_code`` execution picks one and
+gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
+order, each through the full pipeline as the calling agent (a Ray task per sub-call,
+with the tool's own Ray options). The run's signal is mirrored into the queue (its
+``abort`` runs in a control concurrency group, so it is never stuck behind a queued
+call): the in-flight sub-call's tool sees it, queued ones are abandoned, and the bridge
+drains the queue before ``run_code`` returns. ``tool/code-dispatch`` events go to the
+session log whose id is the agent's id, when one is open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from typing import Any, Callable
+
+import ray
+
+from ..codemode.runtime import CodeRuntimeConfig, SubprocessRuntime
+from ..codemode.transport import build_run_code
+from ..core.jsonvalue import snapshot, thaw
+from ..core.signal import AbortController
+from ..core.types import ToolDefinition, ToolExecutionResult
+from .session import session_actor_name
+from .signals import portable_reason
+
+__all__ = ["CodeRunQueue", "ray_run_code"]
+
+
+class _Run:
+    __slots__ = ("lock", "controller")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.controller = AbortController()
+
+
+@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 2})
+class CodeRunQueue:
+    """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
+
+    def __init__(self, registry: str, namespace: str) -> None:
+        from .client import ToolRegistry
+
+        self._registry = ToolRegistry(registry, namespace)
+        self._runs: dict[str, _Run] = {}
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        return run
+
+    async def submit(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any] | str:
+        """Run one sub-call when its turn comes; a string when the run ended first."""
+        run = self._run(run_id)
+        async with run.lock:  # asyncio.Lock is FIFO: submission order
+            signal = run.controller.signal
+            if signal.aborted:
+                return f"run_code run is over ({signal.reason}); tool call abandoned"
+            result = await self._registry.execute({**fields, "signal": signal})
+            return thaw(result)
+
+    @ray.method(concurrency_group="control")
+    def abort(self, run_id: str, reason: Any) -> None:
+        self._run(run_id).controller.abort(reason)
+
+    async def forget(self, run_id: str) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            async with run.lock:
+                pass
+
+    def runs(self) -> int:
+        return len(self._runs)
+
+
+_runtimes: dict[CodeRuntimeConfig, SubprocessRuntime] = {}
+
+
+def _worker_runtime(config: CodeRuntimeConfig | None) -> SubprocessRuntime | None:
+    """One sandbox runtime per worker process and config (it holds no per-run state)."""
+    if config is None:
+        return None
+    runtime = _runtimes.get(config)
+    if runtime is None:
+        runtime = _runtimes[config] = SubprocessRuntime(config)
+    return runtime
+
+
+def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
+    def dispatch(run_signal: Any) -> Any:
+        queue, run_id = random.choice(pool), uuid.uuid4().hex
+        remove = run_signal.add_listener(lambda reason: queue.abort.remote(run_id, portable_reason(reason)))
+
+        async def send(fields: dict[str, Any]) -> ToolExecutionResult:
+            outcome = await queue.submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
+            if isinstance(outcome, str):
+                raise RuntimeError(outcome)
+            return ToolExecutionResult(snapshot(outcome))
+
+        async def close() -> None:
+            remove()
+            await queue.forget.remote(run_id)
+
+        send.close = close  # type: ignore[attr-defined]
+        return send
+
+    return dispatch
+
+
+def _recorder(namespace: str) -> Callable[[], Any]:
+    async def record(agent: str, event: dict[str, Any]) -> None:
+        try:
+            session = ray.get_actor(session_actor_name(agent), namespace=namespace)
+        except ValueError:
+            return  # no session open for this agent
+        await session.append.remote(event)
+
+    return lambda: record
+
+
+def ray_run_code(mode: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None) -> ToolDefinition:
+    """The ``run_code`` transport of a Ray registry (its body runs in an execution task)."""
+    return build_run_code(
+        mode,
+        runtime=lambda: _worker_runtime(config),
+        dispatch=_dispatcher(pool),
+        record=_recorder(namespace),
+        # The body mostly waits on sub-calls (their tasks need the CPUs); the sandbox's own
+        # CPU is bounded by its compute budget. Holding a CPU here could starve them.
+        extras={"ray_options": {"num_cpus": 0}},
+    )

@@ -1,0 +1,90 @@
+"""Code Mode on Ray: run_code in a task, sub-calls through pooled queue actors as tasks."""
+
+import asyncio
+import os
+import time
+
+import pytest
+import ray
+
+from dsh_actors import ReservedNameError, RestrictionError, text_block
+from dsh_actors.codemode.runtime import CodeRuntimeConfig
+from dsh_actors.runtime import ToolRegistry
+from dsh_actors.runtime.session import SessionLog
+
+from .fixtures import Recorder, echo
+
+T = 120
+
+
+@pytest.fixture
+def code_registry(ray_cluster):
+    registry = ToolRegistry.connect(f"code-{time.monotonic_ns()}", mode="code",
+                                    code_runtime=CodeRuntimeConfig(compute_ms=5000, max_wall_ms=60_000))
+    registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
+    yield registry
+    registry.shutdown()
+
+
+def run_code(target, code, call_id="rc"):
+    return target.execute(call_id=call_id, name="run_code", arguments={"code": code}).result(T)
+
+
+def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tmp_path):
+    scope = code_registry.scope("coder")
+    session = SessionLog.open("coder", str(tmp_path / "coder.log"))
+    result = run_code(scope, 'a = await tools.echo(text="one")\nprint(a.split()[0])\nreturn await tools.echo(text="two")')
+    assert result.text.startswith("echo:one\necho:two pid:") and result.meta == {"logs": ["echo:one"]}
+    events = session.events().result(T)
+    assert [(e["sub_call_id"], e["name"], e["arguments"], e["is_error"]) for e in events] == [
+        ("rc:code:1", "echo", {"text": "one"}, False), ("rc:code:2", "echo", {"text": "two"}, False)]
+    assert session.derive_messages().result(T) == []  # dispatch events never surface
+    session.close().result(T)
+
+
+def test_the_reserved_transport_is_protected_on_ray(code_registry):
+    assert [d.name for d in code_registry.visible().result(T)] == ["echo", "run_code"]
+    scope = code_registry.scope("a1")
+    with pytest.raises(ReservedNameError):
+        code_registry.register(echo("run_code")).result(T)
+    with pytest.raises(ReservedNameError):
+        scope.register(echo("run_code")).result(T)
+    with pytest.raises(RestrictionError, match="reserved Code Mode presentation transport"):
+        scope.restrict(allow=["run_code"]).result(T)
+    scope.restrict(allow=[]).result(T)
+    assert [d.name for d in scope.visible().result(T)] == ["run_code"]
+    assert run_code(scope, "return sorted(dir(tools))").text == "[]"
+    assert "def echo" in code_registry.sdk().result(T) and "def echo" not in code_registry.sdk("a1").result(T)
+
+
+def test_sub_calls_are_serialised_under_gather_and_settlement_aborts_the_in_flight_one(code_registry):
+    async def slow(args, ctx):
+        await asyncio.sleep(0.2)
+        return [text_block(f"{args['text']}@{time.monotonic():.4f}")]
+
+    seen = Recorder.remote()
+
+    async def waits(args, ctx):
+        seen.add.remote(await ctx.signal)
+        return [text_block("stopped")]
+
+    code_registry.register(echo("slow", execute=slow)).result(T)
+    code_registry.register(echo("waits", execute=waits)).result(T)
+    result = run_code(code_registry, "import asyncio\nreturn await asyncio.gather(*(tools.slow(text=str(i)) for i in range(3)))")
+    stamps = [float(item.split("@")[1]) for item in eval(result.text)]
+    assert [item.split("@")[0] for item in eval(result.text)] == ["0", "1", "2"]
+    assert stamps[1] - stamps[0] >= 0.19 and stamps[2] - stamps[1] >= 0.19
+    failed = run_code(code_registry, "import asyncio\nasyncio.ensure_future(tools.waits())\nawait asyncio.sleep(1)\n"
+                                     "raise RuntimeError('gave up')")
+    assert failed.error["code"] == "CODE_RUN_FAILED" and "gave up" in failed.text
+    deadline = time.monotonic() + 20
+    while not ray.get(seen.all.remote(), timeout=T) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.get(seen.all.remote(), timeout=T) == ["run_code settled"]
+
+
+def test_a_registry_in_code_mode_refuses_a_mismatched_connect(code_registry):
+    from dsh_actors import DefinitionError
+
+    with pytest.raises(DefinitionError, match='already runs in mode "code"'):
+        ToolRegistry.connect(code_registry.name)
