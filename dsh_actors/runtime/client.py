@@ -424,10 +424,11 @@ class ToolRegistry(_Registrar):
     created it (for long-lived fleets).
     """
 
-    def __init__(self, name: str, namespace: str, handle: Any = None) -> None:
+    def __init__(self, name: str, namespace: str, handle: Any = None, mode: str | None = None) -> None:
         self.name = name
         self.namespace = namespace
         self._actor = handle
+        self._mode = mode
         self._scope_handles: dict[str, Any] = {}
         self._hub: Any = None
 
@@ -451,7 +452,14 @@ class ToolRegistry(_Registrar):
         actual = ray.get(handle.config.remote(), timeout=120)["mode"]
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
-        return cls(name, namespace, handle)
+        return cls(name, namespace, handle, mode)
+
+    @property
+    def mode(self) -> str:
+        """``native``, ``code`` or ``both`` (asked of the registry once, then cached)."""
+        if self._mode is None:
+            self._mode = ray.get(self._handle().config.remote(), timeout=120)["mode"]
+        return self._mode
 
     def sdk(self, scope: str | None = None) -> Response[str]:
         """The ``tools:sdk`` section for ``scope`` (Code Mode); raises without a code runtime."""
@@ -472,7 +480,7 @@ class ToolRegistry(_Registrar):
         return Response(run)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ToolRegistry, (self.name, self.namespace))
+        return (ToolRegistry, (self.name, self.namespace, None, self._mode))
 
     def __repr__(self) -> str:
         return f"<ToolRegistry {self.namespace}/{self.name}>"

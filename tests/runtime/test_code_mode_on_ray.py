@@ -88,3 +88,13 @@ def test_a_registry_in_code_mode_refuses_a_mismatched_connect(code_registry):
 
     with pytest.raises(DefinitionError, match='already runs in mode "code"'):
         ToolRegistry.connect(code_registry.name)
+
+
+def test_prompt_assembly_works_over_the_ray_client(code_registry):
+    from dsh_actors.prompt import SystemPrompt
+
+    prompt = SystemPrompt()
+    prompt.add_registry(code_registry)
+    assembly = asyncio.run(prompt.assemble({"scope": "writer"}))
+    assert assembly.tool_names() == ["run_code"]
+    assert "async def echo(" in next(s.text for s in assembly.sections if s.name == "tools:sdk")
