@@ -148,6 +148,8 @@ class SubprocessRuntime:
         self.isolation = "subprocess+rlimits+audit" + ("+netns" if self._netns else "")
         self._closed = False
         self._runs: set[asyncio.Task[Any]] = set()
+        self._spare: tuple[subprocess.Popen[bytes], int, str] | None = None
+        self._spare_lock = threading.Lock()
         import msgpack as _msgpack  # the child's one dependency, offered alone on its path
 
         self._paths_dir = tempfile.mkdtemp(prefix="dsh-sandbox-lib-")
@@ -156,10 +158,14 @@ class SubprocessRuntime:
         self._child = str(Path(__file__).with_name("_child.py"))
 
     def close(self) -> None:
-        """Dispose: later runs raise; in-flight runs end as aborted."""
+        """Dispose: later runs raise; in-flight runs end as aborted; the spare is ended."""
         self._closed = True
         for task in list(self._runs):
             task.cancel()
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            _discard(spare)
         shutil.rmtree(self._paths_dir, ignore_errors=True)
 
     def _limits(self) -> None:
@@ -197,23 +203,59 @@ class SubprocessRuntime:
             if task is not None:
                 self._runs.discard(task)
 
-    async def _run(self, program: str, bindings: dict[str, Binding], signal: AbortSignal | None) -> RunResult:
-        loop = asyncio.get_running_loop()
-        ledger = _Ledger(int(self.config.max_log_bytes))
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], int, str]:
+        """A fresh child waiting for its ``start`` frame (its read end and working dir)."""
         workdir = tempfile.mkdtemp(prefix="dsh-run-")
-        inbox: asyncio.Queue[Any] = asyncio.Queue()
         read_end, write_end = os.pipe()
-        stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
-        read_roots = sorted(stdlib | {os.path.join(p, "lib-dynload") for p in stdlib} | {self._msgpack_dir, self._paths_dir})
         try:
             child = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", self._child, str(write_end), self._paths_dir],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_end,),
-                cwd=workdir, env={}, preexec_fn=self._limits,
-                start_new_session=True,
+                cwd=workdir, env={}, preexec_fn=self._limits, start_new_session=True,
             )
+        except BaseException:
+            os.close(read_end)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         finally:
             os.close(write_end)
+        return child, read_end, workdir
+
+    def _take(self) -> tuple[subprocess.Popen[bytes], int, str]:
+        """A child for this run: the warm spare if there is one, and start the next spare.
+
+        Each child still serves exactly one run; the spare only moves its start-up (≈50 ms
+        of interpreter boot) off the run's critical path.
+        """
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is None or spare[0].poll() is not None:
+            if spare is not None:
+                _discard(spare)
+            spare = self._spawn()
+        threading.Thread(target=self._prepare_spare, daemon=True).start()
+        return spare
+
+    def _prepare_spare(self) -> None:
+        if self._closed:
+            return
+        try:
+            fresh = self._spawn()
+        except Exception:
+            return
+        with self._spare_lock:
+            if self._spare is None and not self._closed:
+                self._spare, fresh = fresh, None
+        if fresh is not None:
+            _discard(fresh)
+
+    async def _run(self, program: str, bindings: dict[str, Binding], signal: AbortSignal | None) -> RunResult:
+        loop = asyncio.get_running_loop()
+        ledger = _Ledger(int(self.config.max_log_bytes))
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+        read_roots = sorted(stdlib | {os.path.join(p, "lib-dynload") for p in stdlib} | {self._msgpack_dir, self._paths_dir})
+        child, read_end, workdir = self._take()
         threads = [
             threading.Thread(target=self._frames, args=(read_end, loop, inbox), daemon=True),
             threading.Thread(target=self._stray, args=(child.stdout, loop, inbox), daemon=True),
@@ -372,6 +414,13 @@ def _read_exact(stream: Any, size: int) -> bytes | None:
             return None
         data += chunk
     return data
+
+
+def _discard(spawned: tuple[subprocess.Popen[bytes], int, str]) -> None:
+    child, read_end, workdir = spawned
+    _kill(child)
+    os.close(read_end)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _kill(child: subprocess.Popen[bytes]) -> None:

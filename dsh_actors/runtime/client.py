@@ -434,21 +434,25 @@ class ToolRegistry(_Registrar):
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
-                mode: str = "native", code_runtime: Any = None) -> "ToolRegistry":
+                mode: str = "native", code_runtime: Any = None, code_dispatch: str = "queue-actor") -> "ToolRegistry":
         """Get or create the registry actor ``name`` and return its client.
 
         ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
         ``code_runtime``, a :class:`~dsh_actors.codemode.runtime.CodeRuntimeConfig` for the
-        sandbox each worker runs programs in. Connecting to an existing registry with a
-        different mode raises.
+        sandbox each worker runs programs in. ``code_dispatch`` is ``queue-actor`` (each
+        run's sub-call queue lives in a pooled queue actor) or ``in-task`` (the run's own
+        task sends them: one actor hop less per sub-call). Connecting to an existing
+        registry with a different mode raises.
         """
         if mode not in MODES:
             raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
+        if code_dispatch not in ("queue-actor", "in-task"):
+            raise DefinitionError(f'code_dispatch must be "queue-actor" or "in-task"; got {code_dispatch!r}')
         ensure_ray()
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime)
+        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch)
         actual = ray.get(handle.config.remote(), timeout=120)["mode"]
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')

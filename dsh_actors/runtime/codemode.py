@@ -28,7 +28,7 @@ from ..core.types import ToolDefinition, ToolExecutionResult
 from .session import session_actor_name
 from .signals import portable_reason
 
-__all__ = ["CodeRunQueue", "ray_run_code"]
+__all__ = ["DISPATCH_MODES", "CodeRunQueue", "ray_run_code"]
 
 
 class _Run:
@@ -113,23 +113,55 @@ def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
     return dispatch
 
 
+def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
+    """Sub-calls sent by the run's own task: the bridge's FIFO already serialises them and
+    the run's signal travels with each through the signal hub; one actor hop less."""
+    def dispatch(run_signal: Any) -> Any:
+        from .client import ToolRegistry
+
+        client = ToolRegistry(registry, namespace)
+
+        async def send(fields: dict[str, Any]) -> ToolExecutionResult:
+            return await client.execute(fields)
+
+        return send
+
+    return dispatch
+
+
 def _recorder(namespace: str) -> Callable[[], Any]:
-    async def record(agent: str, event: dict[str, Any]) -> None:
-        try:
-            session = ray.get_actor(session_actor_name(agent), namespace=namespace)
-        except ValueError:
-            return  # no session open for this agent
-        await session.append.remote(event)
+    def per_run() -> Any:
+        sessions: dict[str, Any] = {}  # looked up once per run (a named-actor lookup costs ms)
 
-    return lambda: record
+        async def record(agent: str, event: dict[str, Any]) -> None:
+            if agent not in sessions:
+                try:
+                    sessions[agent] = ray.get_actor(session_actor_name(agent), namespace=namespace)
+                except ValueError:
+                    sessions[agent] = None  # no session open for this agent
+            if sessions[agent] is not None:
+                await sessions[agent].append.remote(event)
+
+        return record
+
+    return per_run
 
 
-def ray_run_code(mode: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None) -> ToolDefinition:
-    """The ``run_code`` transport of a Ray registry (its body runs in an execution task)."""
+DISPATCH_MODES = ("queue-actor", "in-task")
+
+
+def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None,
+                 dispatch: str = "queue-actor") -> ToolDefinition:
+    """The ``run_code`` transport of a Ray registry (its body runs in an execution task).
+
+    ``dispatch``: ``queue-actor`` (each run's queue lives in a pooled queue actor) or
+    ``in-task`` (the run's own task sends its sub-calls) — the same order and abort
+    semantics; see benchmarks/RESULTS.md for what each costs.
+    """
     return build_run_code(
         mode,
         runtime=lambda: _worker_runtime(config),
-        dispatch=_dispatcher(pool),
+        dispatch=_dispatcher(pool) if dispatch == "queue-actor" else _in_task_dispatcher(registry, namespace),
         record=_recorder(namespace),
         # The body mostly waits on sub-calls (their tasks need the CPUs); the sandbox's own
         # CPU is bounded by its compute budget. Holding a CPU here could starve them.

@@ -177,15 +177,16 @@ class RegistryActor:
     """
 
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
-                 code_runtime: Any = None, queues: int = 2) -> None:
+                 code_runtime: Any = None, code_dispatch: str = "queue-actor", queues: int = 2) -> None:
         key = version_key(namespace, name)
         transport = None
         self._queues: list[Any] = []
         if mode != "native":
             from .codemode import CodeRunQueue, ray_run_code
 
-            self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]
-            transport = ray_run_code(mode, namespace, self._queues, code_runtime)
+            if code_dispatch == "queue-actor":
+                self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]
+            transport = ray_run_code(mode, name, namespace, self._queues, code_runtime, code_dispatch)
         self._mode, self._code_runtime = mode, code_runtime
         self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), mode=mode, transport=transport)
         self._core.version = read_version(key)  # a recreated registry never reuses a version

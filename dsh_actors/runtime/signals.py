@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import ray
 
-from ..core.signal import AbortController, AbortSignal
+from ..core.signal import AbortSignal
 
 __all__ = ["SignalHub", "link_remote_signal", "portable_reason", "publish_signal"]
 
@@ -92,28 +92,67 @@ def portable_reason(reason: Any) -> Any:
         return str(reason)
 
 
+class RemoteSignal(AbortSignal):
+    """A signal mirroring one on the hub. It starts waiting on the hub only when first
+    looked at (``aborted``, ``reason``, a listener, ``await``): most tool bodies never
+    read their signal, and an open wait is one more actor call per call."""
+
+    __slots__ = ("_hub", "_signal_id", "_ref", "_linked")
+
+    def __init__(self, hub: Any, signal_id: str) -> None:
+        super().__init__()
+        self._hub = hub
+        self._signal_id = signal_id
+        self._ref: Any = None
+        self._linked = False
+
+    def _link(self) -> None:
+        if self._linked:
+            return
+        self._linked = True
+        self._ref = self._hub.wait.remote(self._signal_id)
+
+        def arrived(future: Any) -> None:
+            try:
+                self._abort(future.result())
+            except Exception:
+                pass  # the call ended first (the wait was cancelled) or the hub is gone
+
+        self._ref.future().add_done_callback(arrived)
+
+    @property
+    def aborted(self) -> bool:
+        self._link()
+        return self._aborted
+
+    @property
+    def reason(self) -> Any:
+        self._link()
+        return self._reason
+
+    def add_listener(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+        self._link()
+        return super().add_listener(callback)
+
+    def raise_if_aborted(self) -> None:
+        self._link()
+        super().raise_if_aborted()
+
+    async def wait(self) -> Any:
+        self._link()
+        return await super().wait()
+
+    def stop(self) -> None:
+        """The call is over: end the wait on the hub (if one was opened)."""
+        if self._ref is not None:
+            try:
+                ray.cancel(self._ref)
+            except Exception:
+                pass
+
+
 def link_remote_signal(hub: Any, signal_id: str) -> tuple[AbortSignal, Callable[[], None]]:
-    """Inside the execution task: a local signal that aborts when ``signal_id`` does.
-
-    Must be called with the task's event loop running; returns the signal and a stop
-    function that ends the wait on the hub.
-    """
-    controller = AbortController()
-    ref = hub.wait.remote(signal_id)
-
-    async def watch() -> None:
-        try:
-            controller.abort(await ref)
-        except (asyncio.CancelledError, ray.exceptions.RayError):
-            pass
-
-    task = asyncio.get_running_loop().create_task(watch())
-
-    def stop() -> None:
-        task.cancel()
-        try:
-            ray.cancel(ref)
-        except Exception:
-            pass
-
-    return controller.signal, stop
+    """Inside the execution task: a local signal that aborts when ``signal_id`` does,
+    and the function that releases it when the call is over."""
+    signal = RemoteSignal(hub, signal_id)
+    return signal, signal.stop

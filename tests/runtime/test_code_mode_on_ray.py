@@ -17,10 +17,11 @@ from .fixtures import Recorder, echo
 T = 120
 
 
-@pytest.fixture
-def code_registry(ray_cluster):
+@pytest.fixture(params=["queue-actor", "in-task"])
+def code_registry(ray_cluster, request):
     registry = ToolRegistry.connect(f"code-{time.monotonic_ns()}", mode="code",
-                                    code_runtime=CodeRuntimeConfig(compute_ms=5000, max_wall_ms=60_000))
+                                    code_runtime=CodeRuntimeConfig(compute_ms=5000, max_wall_ms=60_000),
+                                    code_dispatch=request.param)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
     registry.shutdown()
@@ -33,6 +34,7 @@ def run_code(target, code, call_id="rc"):
 def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tmp_path):
     scope = code_registry.scope("coder")
     session = SessionLog.open("coder", str(tmp_path / "coder.log"))
+    session.events().result(T)  # the log actor is up before the run looks for it
     result = run_code(scope, 'a = await tools.echo(text="one")\nprint(a.split()[0])\nreturn await tools.echo(text="two")')
     assert result.text.startswith("echo:one\necho:two pid:") and result.meta == {"logs": ["echo:one"]}
     events = session.events().result(T)
@@ -40,6 +42,10 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
         ("rc:code:1", "echo", {"text": "one"}, False), ("rc:code:2", "echo", {"text": "two"}, False)]
     assert session.derive_messages().result(T) == []  # dispatch events never surface
     session.close().result(T)
+    if code_registry._handle() is not None:
+        queues = ray.get(code_registry._handle().__ray_call__.remote(lambda self: self._queues), timeout=T)
+        if queues:  # queue-actor dispatch: the run's queue was released after the run
+            assert sum(ray.get([q.runs.remote() for q in queues], timeout=T)) == 0
 
 
 def test_the_reserved_transport_is_protected_on_ray(code_registry):
