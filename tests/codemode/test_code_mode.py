@@ -237,3 +237,14 @@ anything = st.recursive(st.none() | st.booleans() | st.integers() | st.text() | 
 def test_json_schema_to_python_is_total(schema):
     assert isinstance(json_schema_to_python(schema), str)
     assert isinstance(render_sdk([{"name": "t", "description": "d", "parameters": schema}]), str)
+
+
+def test_sub_results_flatten_to_text_with_placeholders_and_summaries_are_cut_at_200():
+    from dsh_actors.codemode.transport import flatten, summary
+
+    assert flatten({"content": [text_block("long"), {"type": "reasoning"}, {"type": "image", "data": "x"}]}) == \
+        "long\n[reasoning content]\n[image content]"
+    assert summary("/work/dir/file.txt", cwd="/work/dir") == "./file.txt"
+    assert summary("/x", cwd="/") == "/x"
+    cut = summary("€" * 300)
+    assert len(cut) == 201 and cut.endswith("…")
