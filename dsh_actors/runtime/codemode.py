@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+import time
 import uuid
 from typing import Any, Callable
 
@@ -48,12 +50,20 @@ class CodeRunQueue:
 
         self._registry = ToolRegistry(registry, namespace)
         self._runs: dict[str, _Run] = {}
+        # Aborts for runs this queue does not hold (not yet, or no longer): a late abort
+        # must not re-create a finished run, and an early one must still stop its calls.
+        self._tombstones: dict[str, tuple[Any, float]] = {}
+        self._lock = threading.Lock()  # abort runs on the control group's own thread
 
     def _run(self, run_id: str) -> _Run:
-        run = self._runs.get(run_id)
-        if run is None:
-            run = self._runs[run_id] = _Run()
-        return run
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = _Run()
+                early = self._tombstones.pop(run_id, None)
+                if early is not None:
+                    run.controller.abort(early[0])
+            return run
 
     async def submit(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any] | str:
         """Run one sub-call when its turn comes; a string when the run ended first."""
@@ -67,10 +77,19 @@ class CodeRunQueue:
 
     @ray.method(concurrency_group="control")
     def abort(self, run_id: str, reason: Any) -> None:
-        self._run(run_id).controller.abort(reason)
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                now = time.monotonic()
+                self._tombstones[run_id] = (reason, now)
+                for old in [k for k, (_, at) in self._tombstones.items() if now - at > 60.0]:
+                    self._tombstones.pop(old, None)
+                return
+        run.controller.abort(reason)
 
     async def forget(self, run_id: str) -> None:
-        run = self._runs.pop(run_id, None)
+        with self._lock:
+            run = self._runs.pop(run_id, None)
         if run is not None:
             async with run.lock:
                 pass
