@@ -1,6 +1,7 @@
 """The ``dsh-actors`` command line (also ``python -m dsh_actors``).
 
 * ``demo`` — tools, policies and calls on a local Ray instance of its own.
+* ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
 * ``approvals list|allow ID|reject ID|policy ask|never`` — answer a registry's pending
   asks from any driver; joins the cluster at ``--address`` (or ``RAY_ADDRESS``).
 """
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dsh-actors", description="Tool registry and pipeline on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="register tools and policies, run calls, print results and cards")
+    catalog = commands.add_parser("catalog", help="write the shipped tools' catalog (docs/tool-catalog.md)")
+    catalog.add_argument("--out", default="docs/tool-catalog.md")
     approvals = commands.add_parser("approvals", help="list and answer pending approval requests")
     approvals.add_argument("action", choices=["list", "allow", "reject", "policy"])
     approvals.add_argument("target", nargs="?", help="request id (allow/reject) or ask|never (policy)")
@@ -73,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main()
+    if args.command == "catalog":
+        from .catalog import write_catalog
+
+        print(f"wrote {write_catalog(args.out)}")
+        return 0
     if args.action != "list" and not args.target:
         parser.error(f"approvals {args.action} needs a target")
     return _approvals(args)

@@ -1,0 +1,103 @@
+"""File tools: ``read_file``, ``write_file``, ``edit_file`` — confined to a workspace root.
+
+Cards: reads are generic (kind ``read``, with the file's location); writes and edits show
+a diff — at call time what the arguments say, at result time the hunks actually applied
+(kept in the result's ``meta`` so a replay renders the same card).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..core.define import define_tool
+from ..core.types import ToolDefinition, text_block
+from .workspace import Workspace, WorkspaceError, applied_hunks
+
+__all__ = ["fs_tools"]
+
+MAX_READ_BYTES = 256 * 1024
+
+
+def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
+    """The three file tools for the workspace at ``root``."""
+    workspace = Workspace(root)
+
+    def existing(path: str) -> Any:
+        full = workspace.resolve(path)
+        if not full.is_file():
+            raise WorkspaceError(f'no file at "{path}" in the workspace')
+        return full
+
+    def read(args: Any, ctx: Any) -> Any:
+        full = existing(args["path"])
+        data = full.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        lines = data.splitlines(keepends=True)
+        start = int(args.get("offset", 1)) - 1 if "offset" in args else 0
+        if start < 0:
+            raise WorkspaceError("offset is 1-based: the first line is 1")
+        end = start + int(args["limit"]) if "limit" in args else len(lines)
+        return [text_block("".join(lines[start:end]))]
+
+    def write(args: Any, ctx: Any) -> Any:
+        full = workspace.resolve(args["path"])
+        before = full.read_text(encoding="utf-8") if full.is_file() else None
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(args["content"], encoding="utf-8")
+        rel = workspace.relative(full)
+        diffs = ([{"path": rel, "old_text": None, "new_text": args["content"]}] if before is None
+                 else applied_hunks(rel, before, args["content"]))
+        verb = "created" if before is None else "overwrote"
+        return {"content": [text_block(f"{verb} {rel} ({len(args['content'])} characters)")], "meta": {"diffs": diffs}}
+
+    def edit(args: Any, ctx: Any) -> Any:
+        full = existing(args["path"])
+        before = full.read_text(encoding="utf-8")
+        count = before.count(args["old_text"]) if args["old_text"] else 0
+        if count == 0:
+            raise WorkspaceError(f'old_text was not found in "{args["path"]}"; read the file and copy the exact text')
+        if count > 1 and not args.get("replace_all"):
+            raise WorkspaceError(f'old_text occurs {count} times in "{args["path"]}"; add context or set replace_all')
+        after = before.replace(args["old_text"], args["new_text"], -1 if args.get("replace_all") else 1)
+        full.write_text(after, encoding="utf-8")
+        rel = workspace.relative(full)
+        return {"content": [text_block(f"edited {rel}: {count if args.get('replace_all') else 1} replacement(s)")],
+                "meta": {"diffs": applied_hunks(rel, before, after)}}
+
+    def result_diff(args: Any, result: Any) -> Any:
+        meta = result.get("meta")
+        if result.get("is_error") or not isinstance(meta, dict) or not isinstance(meta.get("diffs"), list):
+            return None
+        return {"card": "diff", "diffs": meta["diffs"]}
+
+    return [
+        define_tool(
+            name="read_file", description="Read a text file in the workspace.",
+            parameters={"path": {"type": "string", "required": True, "description": "Path inside the workspace."},
+                        "offset": {"type": "number", "description": "First line to read (1-based)."},
+                        "limit": {"type": "number", "description": "How many lines to read."}},
+            execute=read,
+            present_call=lambda a: {"card": "generic", "title": a["path"], "kind": "read",
+                                    "locations": [{"path": a["path"], **({"line": int(a["offset"])} if "offset" in a and int(a["offset"]) >= 1 else {})}]},
+        ),
+        define_tool(
+            name="write_file", description="Create or overwrite a text file in the workspace.",
+            parameters={"path": {"type": "string", "required": True, "description": "Path inside the workspace."},
+                        "content": {"type": "string", "required": True, "description": "The whole new content."}},
+            execute=write,
+            present_call=lambda a: {"card": "diff", "title": a["path"],
+                                    "diffs": [{"path": a["path"], "old_text": None, "new_text": a["content"]}]},
+            present_result=result_diff,
+        ),
+        define_tool(
+            name="edit_file", description="Replace exact text in a file in the workspace.",
+            parameters={"path": {"type": "string", "required": True, "description": "Path inside the workspace."},
+                        "old_text": {"type": "string", "required": True, "description": "Exact text to replace."},
+                        "new_text": {"type": "string", "required": True, "description": "Replacement text."},
+                        "replace_all": {"type": "boolean", "description": "Replace every occurrence."}},
+            execute=edit,
+            present_call=lambda a: {"card": "diff", "title": a["path"],
+                                    "diffs": [{"path": a["path"], "old_text": a["old_text"], "new_text": a["new_text"]}]},
+            present_result=result_diff,
+        ),
+    ]

@@ -1,0 +1,49 @@
+"""A workspace root that file tools stay inside, and applied-hunk diffs for their cards."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import HarnessError
+
+__all__ = ["Workspace", "WorkspaceError", "applied_hunks"]
+
+
+class WorkspaceError(HarnessError):
+    """A path escapes the workspace, or names something that is not there."""
+
+    code = "WORKSPACE"
+
+
+class Workspace:
+    """Resolves model-given paths (relative to the root, or absolute inside it)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise ValueError(f"workspace root {self.root} is not a directory")
+
+    def resolve(self, path: str) -> Path:
+        """The real path inside the root, or :class:`WorkspaceError` (symlinks followed)."""
+        candidate = Path(path)
+        full = (candidate if candidate.is_absolute() else self.root / candidate).resolve()
+        if full != self.root and self.root not in full.parents:
+            raise WorkspaceError(f'path "{path}" escapes the workspace ({self.root}); use a path inside it')
+        return full
+
+    def relative(self, path: Path) -> str:
+        return str(path.relative_to(self.root)) if path != self.root else "."
+
+
+def applied_hunks(path: str, before: str, after: str, context: int = 3) -> list[dict[str, Any]]:
+    """The changed regions with ``context`` lines around them, as file diffs for a card."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    hunks = []
+    for group in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        hunks.append({"path": path, "old_text": "".join(old[first[1]:last[2]]),
+                      "new_text": "".join(new[first[3]:last[4]])})
+    return hunks
