@@ -1,6 +1,8 @@
 """The ``dsh-actors`` command line (also ``python -m dsh_actors``).
 
 * ``demo`` — tools, policies and calls on a local Ray instance of its own.
+* ``eval [EPISODES…]`` — the batch evaluation (default: the shipped example episodes).
+* ``show LOG`` — a session log's calls as cards.
 * ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
 * ``approvals list|allow ID|reject ID|policy ask|never`` — answer a registry's pending
   asks from any driver; joins the cluster at ``--address`` (or ``RAY_ADDRESS``).
@@ -12,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 __all__ = ["main"]
@@ -57,10 +60,32 @@ def _approvals(args: argparse.Namespace) -> int:
         ray.shutdown()
 
 
+def _eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .eval.job import example_episodes, run_eval
+    from .runtime.local import ensure_ray
+
+    ensure_ray()
+    paths = args.episodes or [str(example_episodes())]
+    summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
+                                   live=None if args.quiet else sys.stdout))
+    print(Path(args.out, "summary.md").read_text())
+    return 0 if summary["episodes_failed"] == 0 else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dsh-actors", description="Tool registry and pipeline on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="register tools and policies, run calls, print results and cards")
+    evaluate = commands.add_parser("eval", help="run episode files as a batch evaluation on Ray")
+    evaluate.add_argument("episodes", nargs="*", help="JSON Lines episode files (default: the shipped examples)")
+    evaluate.add_argument("--out", default="eval-out", help="output folder (logs, summary.json, summary.md)")
+    evaluate.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
+    evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")
+    show = commands.add_parser("show", help="render a session log's calls as cards")
+    show.add_argument("log")
+    show.add_argument("--workspace", help="workspace root the tools ran in (for card paths)")
     catalog = commands.add_parser("catalog", help="write the shipped tools' catalog (docs/tool-catalog.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
     approvals = commands.add_parser("approvals", help="list and answer pending approval requests")
@@ -76,6 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main()
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "show":
+        from .eval.job import show_log
+
+        print(show_log(args.log, args.workspace))
+        return 0
     if args.command == "catalog":
         from .catalog import write_catalog
 

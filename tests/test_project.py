@@ -13,7 +13,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_the_readme_opens_with_the_install_and_run_command_then_the_test_command():
     first, second = [line.strip() for line in README.splitlines()[:2]]
-    assert first == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/python -m dsh_actors demo"
+    assert first == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/python -m dsh_actors eval"
     assert second == "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
     assert second in (ROOT / ".ci" / "run").read_text()
 

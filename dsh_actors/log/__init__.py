@@ -9,7 +9,7 @@ from .events import (
     replay_cards,
     tool_result_event,
 )
-from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError
+from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError, read_records
 
 __all__ = [
     "EVENT_TYPES",
@@ -22,5 +22,6 @@ __all__ = [
     "context_message_event",
     "derive_messages",
     "replay_cards",
+    "read_records",
     "tool_result_event",
 ]

@@ -30,7 +30,7 @@ import msgpack
 
 from ..core.errors import HarnessError
 
-__all__ = ["FrameFile", "FsyncPolicy", "LogCorruptError", "HEADER"]
+__all__ = ["FrameFile", "FsyncPolicy", "LogCorruptError", "HEADER", "read_records"]
 
 HEADER = b"DSHLOG1\n"
 _PREFIX = struct.Struct(">II")
@@ -173,3 +173,23 @@ class FrameFile:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def read_records(path: str | os.PathLike[str]) -> list[Any]:
+    """The committed values of a frame file, read without changing it (a torn tail is
+    simply not read; viewers must never repair a log another process may own)."""
+    data = Path(path).read_bytes()
+    if not data.startswith(HEADER):
+        raise LogCorruptError(f"{path} is not a dsh-actors session log (bad header)")
+    records, offset = [], len(HEADER)
+    while offset + _PREFIX.size <= len(data):
+        length, crc = _PREFIX.unpack_from(data, offset)
+        payload = data[offset + _PREFIX.size: offset + _PREFIX.size + length]
+        if len(payload) < length or zlib.crc32(payload) != crc:
+            break
+        try:
+            records.append(_decode(payload))
+        except Exception:
+            break
+        offset += _PREFIX.size + length
+    return records

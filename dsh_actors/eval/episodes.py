@@ -1,0 +1,130 @@
+"""Episode files: one agent's scripted model turns per line (JSON Lines).
+
+An episode::
+
+    {"id": "fix-typo", "agent": "agent-1",              # agent defaults to the id
+     "mode": "native",                                   # native | code | both
+     "policies": ["deny-destructive", "timeout"],        # named policies to load
+     "scope": {"restrict": {"deny": ["bash"]},           # restrictions of this agent
+               "guards": [{"tools": ["write_file"], "reason": "read-only agent"}]},
+     "turns": [
+       {"user": "Fix the typo in notes.txt",
+        "calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+       {"code": "print(await tools.read_file(path='notes.txt'))"}   # a run_code call
+     ]}
+
+Each line is validated on its own: a bad line is reported as ``<file>:<line>: <what is
+wrong>`` and the other episodes still run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+__all__ = ["Episode", "EpisodeError", "load_episodes"]
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+
+
+class Call(_Model):
+    name: str
+    arguments: dict[str, Any] = {}
+    call_id: str | None = None
+
+
+class Turn(_Model):
+    user: str | None = None
+    calls: list[Call] = []
+    code: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _one_kind(self) -> "Turn":
+        if self.code is not None and self.calls:
+            raise ValueError("a turn has either calls or code, not both")
+        if self.code is None and not self.calls and self.user is None:
+            raise ValueError("a turn needs calls, code or a user message")
+        return self
+
+
+class Guard(_Model):
+    tools: list[str]
+    reason: str
+
+
+class Scope(_Model):
+    restrict: dict[Literal["allow", "deny"], list[str]] | None = None
+    guards: list[Guard] = []
+
+
+class Episode(_Model):
+    id: str = pydantic.Field(min_length=1)
+    agent: str | None = None
+    mode: Literal["native", "code", "both"] = "native"
+    policies: list[str] = []
+    scope: Scope = Scope()
+    turns: list[Turn] = pydantic.Field(min_length=1)
+
+    @property
+    def agent_id(self) -> str:
+        return self.agent or self.id
+
+
+@dataclass(frozen=True)
+class EpisodeError:
+    """A line that is not a valid episode."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+def _describe(error: pydantic.ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "episode"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeError]]:
+    """Every valid episode in ``paths`` (JSON Lines; blank lines and ``#`` lines skipped),
+    and an error for each line that is not one. Ids must be unique across files."""
+    episodes: list[Episode] = []
+    errors: list[EpisodeError] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            errors.append(EpisodeError(str(path), 0, f"cannot read the file: {exc.strerror or exc}"))
+            continue
+        for number, line in enumerate(lines, start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
+                continue
+            try:
+                episode = Episode.model_validate(data)
+            except pydantic.ValidationError as exc:
+                errors.append(EpisodeError(str(path), number, _describe(exc)))
+                continue
+            if episode.id in seen or episode.agent_id in seen.values():
+                errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))
+                continue
+            seen[episode.id] = episode.agent_id
+            episodes.append(episode)
+    return episodes, errors
