@@ -32,7 +32,7 @@ def test_killing_the_log_actor_mid_append_loses_nothing_that_was_acknowledged(ra
 
     async def scenario():
         calls = [asyncio.ensure_future(log.append({"type": "approval/policy", "policy": f"p{i}"}))
-                 for i in range(400)]
+                 for i in range(3000)]
         while sum(c.done() for c in calls) < 50:
             await asyncio.sleep(0.005)
         ray.kill(log._handle())
@@ -40,7 +40,7 @@ def test_killing_the_log_actor_mid_append_loses_nothing_that_was_acknowledged(ra
 
     outcomes = asyncio.run(scenario())
     acknowledged = {i: seq for i, seq in enumerate(outcomes) if isinstance(seq, int)}
-    assert 50 <= len(acknowledged) < 400
+    assert 50 <= len(acknowledged) < 3000  # killed mid-stream (appends run at ~1.6k/s)
     # Simulate the torn write a crash can leave, then reopen the session.
     with open(path, "ab") as raw:
         raw.write(b"\x00\x00\x01\x00\xde\xad")
