@@ -2,6 +2,7 @@
 
 * ``demo`` — tools, policies and calls on a local Ray instance of its own.
 * ``eval [EPISODES…]`` — the batch evaluation (default: the shipped example episodes).
+* ``replay LOGS --policies P`` — what a policy set would have denied or allowed differently.
 * ``show LOG`` — a session log's calls as cards.
 * ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
 * ``approvals list|allow ID|reject ID|policy ask|never`` — answer a registry's pending
@@ -83,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--out", default="eval-out", help="output folder (logs, summary.json, summary.md)")
     evaluate.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
     evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")
+    replay = commands.add_parser("replay", help="re-run session logs against a policy set; report what differs")
+    replay.add_argument("logs", nargs="+")
+    replay.add_argument("--policies", required=True, help="comma-separated policy names (see dsh_actors.eval.policies)")
+    replay.add_argument("--json", action="store_true")
     show = commands.add_parser("show", help="render a session log's calls as cards")
     show.add_argument("log")
     show.add_argument("--workspace", help="workspace root the tools ran in (for card paths)")
@@ -103,6 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main()
     if args.command == "eval":
         return _eval(args)
+    if args.command == "replay":
+        from .eval.replay import replay_logs
+
+        rows = replay_logs(args.logs, [p for p in args.policies.split(",") if p])
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for row in rows:
+                print(f"{row['log']} {row['call_id']} {row['name']}: {row['recorded']} -> {row['replayed']}"
+                      + (f" — {row['text']}" if row["replayed"] != "ok" else ""))
+            print(f"{len(rows)} call(s) would have had a different outcome")
+        return 0
     if args.command == "show":
         from .eval.job import show_log
 

@@ -1,0 +1,1 @@
+"""The batch evaluation: episode files, named policies, the job, replay."""
