@@ -37,6 +37,8 @@ def _send(message):
 
 
 def _read_exact(stream, size):
+    # The host has the same helper; this file may import only the standard library and
+    # msgpack (it runs inside the sandbox), so it keeps its own copy.
     data = b""
     while len(data) < size:
         chunk = stream.read(size - len(data))
