@@ -6,7 +6,8 @@ An episode::
      "mode": "native",                                   # native | code | both
      "policies": ["deny-destructive", "timeout"],        # named policies to load
      "scope": {"restrict": {"deny": ["bash"]},           # restrictions of this agent
-               "guards": [{"tools": ["write_file"], "reason": "read-only agent"}]},
+               "guards": [{"tools": ["write_file"], "reason": "read-only agent"}],
+               "shadows": [{"name": "read_file", "result": "stubbed"}]},  # canned variants
      "turns": [
        {"user": "Fix the typo in notes.txt",
         "calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
@@ -58,9 +59,20 @@ class Guard(_Model):
     reason: str
 
 
+class Shadow(_Model):
+    """A per-agent variant of a tool: for this agent, ``name`` answers with ``result``
+    (an error result when ``is_error``) instead of running."""
+
+    name: str = pydantic.Field(min_length=1)
+    result: str
+    is_error: bool = False
+    description: str | None = None
+
+
 class Scope(_Model):
     restrict: dict[Literal["allow", "deny"], list[str]] | None = None
     guards: list[Guard] = []
+    shadows: list[Shadow] = []
 
 
 class Episode(_Model):

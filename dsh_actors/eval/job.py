@@ -72,6 +72,16 @@ def _classify(report: EpisodeReport, result: Any, seconds: float) -> None:
         report.errors[result.error["code"]] += 1
 
 
+def _shadow(name: str, result: str, is_error: bool, description: str | None) -> dict[str, Any]:
+    def execute(args: Any, ctx: Any) -> Any:
+        if is_error:
+            raise RuntimeError(result)
+        return [{"type": "text", "text": result}]
+
+    return {"name": name, "description": description or f"{name} (canned for this agent)",
+            "parameters": {"type": "object"}, "execute": execute}
+
+
 def _guard(tools: list[str], reason: str) -> Any:
     names = frozenset(tools)
     return lambda execution: reason if execution.name in names else None
@@ -88,6 +98,8 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, logs: Path, liv
             await scope.restrict(dict(episode.scope.restrict))
         for guard in episode.scope.guards:
             await scope.guard(_guard(guard.tools, guard.reason))
+        for shadow in episode.scope.shadows:
+            await scope.register(_shadow(shadow.name, shadow.result, shadow.is_error, shadow.description))
         for event, listener in policy_listeners(episode.policies):
             await scope.on(event, listener)
         tools = {d.name: d for d in await scope.visible()}

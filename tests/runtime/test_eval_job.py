@@ -11,7 +11,7 @@ from dsh_actors.eval.job import example_episodes, run_eval, show_log
 
 def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_path):
     summary = asyncio.run(run_eval([example_episodes()], tmp_path, concurrency=4, progress=None))
-    assert summary["episodes"] == 7 and summary["episodes_failed"] == 0
+    assert summary["episodes"] == 8 and summary["episodes_failed"] == 0
     per = {e["id"]: e for e in summary["per_episode"]}
     assert per["careless-shell"]["denied"] == 1  # rm -rf denied by the policy
     assert per["secret-peek"]["denied"] == 1 and per["secret-peek"]["errors"] == {"WORKSPACE": 1}
@@ -19,7 +19,9 @@ def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_p
     assert per["model-mistakes"]["errors"] == {"INVALID_ARGS": 1, "UNKNOWN_TOOL": 1, "WORKSPACE": 1}
     assert per["read-only-agent"]["errors"] == {"UNKNOWN_TOOL": 1} and per["read-only-agent"]["denied"] == 1
     assert per["code-mode"]["ok"] == 1
-    assert summary["calls"] == sum(e["calls"] for e in summary["per_episode"]) == 15
+    assert per["stubbed-shell"]["ok"] == 2
+    assert summary["calls"] == sum(e["calls"] for e in summary["per_episode"]) == 17
+    assert "all 12 tests passed" in show_log(tmp_path / "logs" / "stubbed-shell.log", tmp_path / "workspace")
     assert summary["latency_ms"]["p50"] > 0 and (tmp_path / "workspace" / "src" / "app.py").exists()
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert "| error code | count |" in (tmp_path / "summary.md").read_text()
@@ -51,5 +53,5 @@ def test_the_cli_runs_the_examples_end_to_end(tmp_path):
     out = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "# Evaluation summary" in out.stdout and "7 episodes (7 ok, 0 failed)" in out.stdout
-    assert "[7/7]" in out.stderr
+    assert "# Evaluation summary" in out.stdout and "8 episodes (8 ok, 0 failed)" in out.stdout
+    assert "[8/8]" in out.stderr

@@ -76,8 +76,8 @@ def test_the_batch_job_runs_unchanged_under_ray_job_submit(head_node, tmp_path):
             break
         time.sleep(2)
     assert submitted.returncode == 0, (submitted.stdout[-3000:], submitted.stderr[-3000:])
-    assert "7 episodes (7 ok, 0 failed)" in submitted.stdout
+    assert "8 episodes (8 ok, 0 failed)" in submitted.stdout
     assert "succeeded" in (submitted.stdout + submitted.stderr).lower()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["calls"] == 15 and summary["episodes_failed"] == 0
-    assert len(list((out / "logs").glob("*.log"))) == 7
+    assert summary["calls"] == 17 and summary["episodes_failed"] == 0
+    assert len(list((out / "logs").glob("*.log"))) == 8
