@@ -21,8 +21,8 @@ from typing import Any
 import ray
 
 from ..core.pipeline import ApprovalRequest
-from .errors import remote_call, translate
-from .response import Response
+from .errors import translate
+from .response import NamedActorClient, Response
 from .session import session_actor_name
 
 __all__ = ["ActorApproval", "ApprovalQueue", "ApprovalQueueActor", "POLICIES", "approvals_actor_name"]
@@ -159,24 +159,18 @@ class ActorApproval:
                 remove()
 
 
-class ApprovalQueue:
+class ApprovalQueue(NamedActorClient):
     """Client of a registry's approval queue: list pending asks and answer them."""
 
-    def __init__(self, registry: str, namespace: str, handle: Any = None) -> None:
-        self.registry = registry
-        self.namespace = namespace
-        self._actor = handle
+    @property
+    def registry(self) -> str:
+        return self._key
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ApprovalQueue, (self.registry, self.namespace))
+    def _actor_name(self) -> str:
+        return approvals_actor_name(self._key)
 
-    def _handle(self) -> Any:
-        if self._actor is None:
-            self._actor = ray.get_actor(approvals_actor_name(self.registry), namespace=self.namespace)
-        return self._actor
-
-    def _call(self, method: str, *args: Any) -> Response[Any]:
-        return Response(lambda: remote_call(getattr(self._handle(), method), *args, what="the approval queue"))
+    def _what(self) -> str:
+        return "the approval queue"
 
     def pending(self) -> Response[list[dict[str, Any]]]:
         """Pending asks, oldest first: ``id``, ``agent``, ``tool_name``, ``call_id``, ``reason``."""

@@ -14,7 +14,7 @@ import concurrent.futures
 import threading
 from typing import Any, Awaitable, Callable, Generator, Generic, TypeVar
 
-__all__ = ["Response"]
+__all__ = ["NamedActorClient", "Response"]
 
 T = TypeVar("T")
 
@@ -114,3 +114,34 @@ class Response(Generic[T]):
 
 async def _call(factory: Callable[[], Awaitable[T]]) -> T:
     return await factory()
+
+
+class NamedActorClient:
+    """A client of one named actor: finds it by name on first use, pickles as its name,
+    and turns each method call into a :class:`Response` (Ray's failures translated)."""
+
+    def __init__(self, key: str, namespace: str, handle: Any = None) -> None:
+        self._key = key
+        self.namespace = namespace
+        self._actor = handle
+
+    def _actor_name(self) -> str:
+        raise NotImplementedError
+
+    def _what(self) -> str:
+        return self._actor_name()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._key, self.namespace))
+
+    def _handle(self) -> Any:
+        if self._actor is None:
+            import ray
+
+            self._actor = ray.get_actor(self._actor_name(), namespace=self.namespace)
+        return self._actor
+
+    def _call(self, method: str, *args: Any) -> "Response[Any]":
+        from .errors import remote_call
+
+        return Response(lambda: remote_call(getattr(self._handle(), method), *args, what=self._what()))

@@ -14,9 +14,8 @@ from typing import Any, Mapping
 import ray
 
 from ..log import FrameFile, FsyncPolicy, check_event, derive_messages
-from .errors import remote_call
 from .local import ensure_ray
-from .response import Response
+from .response import NamedActorClient, Response
 
 __all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
 
@@ -55,13 +54,21 @@ class SessionLogActor:
         self._file.close()
 
 
-class SessionLog:
+class SessionLog(NamedActorClient):
     """Client of one session's log actor (``SessionLog.open(session_id, path)``)."""
 
     def __init__(self, session_id: str, namespace: str = DEFAULT_NAMESPACE, handle: Any = None) -> None:
-        self.session_id = session_id
-        self.namespace = namespace
-        self._actor = handle
+        super().__init__(session_id, namespace, handle)
+
+    @property
+    def session_id(self) -> str:
+        return self._key
+
+    def _actor_name(self) -> str:
+        return session_actor_name(self._key)
+
+    def _what(self) -> str:
+        return f"session log {self._key!r}"
 
     @classmethod
     def open(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always", fsync_interval_s: float = 0.05,
@@ -75,16 +82,6 @@ class SessionLog:
         ).remote(path, fsync, fsync_interval_s)
         return cls(session_id, namespace, handle)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (SessionLog, (self.session_id, self.namespace))
-
-    def _handle(self) -> Any:
-        if self._actor is None:
-            self._actor = ray.get_actor(session_actor_name(self.session_id), namespace=self.namespace)
-        return self._actor
-
-    def _call(self, method: str, *args: Any) -> Response[Any]:
-        return Response(lambda: remote_call(getattr(self._handle(), method), *args, what=f"session log {self.session_id!r}"))
 
     def append(self, event: Mapping[str, Any]) -> Response[int]:
         """Append one event; resolves (to its index) once it is on disk per the fsync policy."""
