@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .codemode.sdk import SDK_ORDER, SDK_SECTION, sdk_section_text
+from .codemode.sdk import SDK_ORDER, SDK_SECTION
 from .core.errors import DefinitionError, HarnessError
 from .core.pipeline.chain import run_chain, settle
 from .core.registry import RUN_CODE, Disposer

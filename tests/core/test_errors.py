@@ -1,6 +1,5 @@
 import pickle
 
-import pytest
 
 from dsh_actors import (
     CodeRunFailedError, DefinitionError, HarnessError, OutputSchemaError, ToolArgsError,

@@ -5,7 +5,7 @@ import pytest
 
 from dsh_actors import (
     AbortController, ExecutionToken, FrozenValueError, ToolExecutionInput, accept, allow, ask, block,
-    define_tool, deny, text_block,
+    deny, text_block,
 )
 from dsh_actors.core import pipeline
 

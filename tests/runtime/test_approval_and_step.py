@@ -8,9 +8,8 @@ import sys
 import time
 
 import pytest
-import ray
 
-from dsh_actors import AbortController, accept, ask, text_block
+from dsh_actors import AbortController, accept, ask
 from dsh_actors.runtime.session import SessionLog
 from dsh_actors.runtime.step import agent_step
 
