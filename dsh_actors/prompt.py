@@ -111,7 +111,9 @@ class SystemPrompt:
         self._sections: list[_SectionEntry] = []
         self._providers: list[_Entry] = []
         self._listeners: list[_Entry] = []
-        self._protected: list[Callable[[Mapping[str, Any]], Any]] = []  # restore run_code / tools:sdk
+        # Code Mode's pieces: put back from the pre-listener assembly if a listener drops them.
+        self._protected_tools: list[str] = []
+        self._protected_sections: list[str] = []
 
     # registration
 
@@ -120,7 +122,7 @@ class SystemPrompt:
         """Add a section (``text`` may be a function of the assembly context)."""
         if isinstance(order, bool) or not isinstance(order, (int, float)) or not math.isfinite(order):
             raise TypeError(f'section "{name}" order must be a finite number')
-        if scope is not None and name == SDK_SECTION and self._protected:
+        if scope is not None and name in self._protected_sections:
             raise DefinitionError(f'section "{SDK_SECTION}" is protected in Code Mode; a scope cannot shadow it')
         for entry in self._sections:
             if entry.name == name and entry.scope == scope:
@@ -148,10 +150,8 @@ class SystemPrompt:
         mode = registry.mode
 
         async def provider(context: Mapping[str, Any]) -> dict[str, Any]:
+            # (In the code modes a missing runtime already fails the tools:sdk section.)
             scope = context.get("scope")
-            if mode != "native":
-                sdk = await settle(registry.sdk(scope))  # raises when the runtime is missing
-                del sdk
             schemas = list(await settle(registry.schemas(scope)))
             if mode == "code":
                 return {"schemas": [s for s in schemas if s["name"] == RUN_CODE], "known_names": [RUN_CODE]}
@@ -165,14 +165,15 @@ class SystemPrompt:
             async def sdk_text(context: Mapping[str, Any]) -> str:
                 return str(await settle(registry.sdk(context.get("scope"))))
 
-            async def restore(context: Mapping[str, Any]) -> tuple[dict[str, Any], Section]:
-                schemas = await settle(registry.schemas(context.get("scope")))
-                run_code = next(s for s in schemas if s["name"] == RUN_CODE)
-                return run_code, Section(SDK_SECTION, SDK_ORDER, await sdk_text(context))
-
             disposers.append(self.section(SDK_SECTION, SDK_ORDER, sdk_text))
-            self._protected.append(restore)
-            disposers.append(Disposer(lambda: self._protected.remove(restore) if restore in self._protected else None))
+            self._protected_tools.append(RUN_CODE)
+            self._protected_sections.append(SDK_SECTION)
+
+            def unprotect() -> None:
+                self._protected_tools.remove(RUN_CODE)
+                self._protected_sections.remove(SDK_SECTION)
+
+            disposers.append(Disposer(unprotect))
 
         def dispose_all() -> None:
             for disposer in reversed(disposers):
@@ -190,6 +191,10 @@ class SystemPrompt:
         schemas, known = await self._collect_tools(context, scope)
         built = Assembly(sections=sections, tools=self._order_tools(schemas, known))
 
+        # Listeners may mutate the assembly in place: keep the protected pieces aside first.
+        kept_tools = [copy.deepcopy(t) for t in built.tools if t["name"] in self._protected_tools]
+        kept_sections = [s for s in built.sections if s.name in self._protected_sections]
+
         async def base() -> Assembly:
             return built
 
@@ -197,13 +202,13 @@ class SystemPrompt:
         assembly = await run_chain(listeners, (built, context), base) if listeners else built
         if not isinstance(assembly, Assembly):
             raise PromptAssemblyError("an assembly listener must return the Assembly")
-        for restore in self._protected:
-            run_code, sdk = await restore(context)
-            if RUN_CODE not in assembly.tool_names():
-                assembly.tools.append(run_code)
-            if SDK_SECTION not in [s.name for s in assembly.sections]:
-                assembly.sections.append(sdk)
-                assembly.sections.sort(key=lambda s: s.order)
+        names = set(assembly.tool_names())
+        assembly.tools.extend(t for t in kept_tools if t["name"] not in names)
+        present = {s.name for s in assembly.sections}
+        missing = [s for s in kept_sections if s.name not in present]
+        if missing:
+            assembly.sections.extend(missing)
+            assembly.sections.sort(key=lambda s: s.order)
         return assembly
 
     async def _render_sections(self, context: Mapping[str, Any], scope: str | None) -> list[Section]:
