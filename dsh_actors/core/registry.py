@@ -212,6 +212,21 @@ def _remove_entry(entries: list[Any], entry: Any) -> bool:
     return False
 
 
+def _add_named(layer: dict[str, ToolDefinition], frozen: ToolDefinition, duplicate: str) -> Callable[[], bool]:
+    """Put ``frozen`` in ``layer`` (refusing a name already there); returns the exact undo."""
+    if frozen.name in layer:
+        raise DuplicateToolError(duplicate)
+    layer[frozen.name] = frozen
+
+    def remove() -> bool:
+        if layer.get(frozen.name) is not frozen:
+            return False
+        del layer[frozen.name]
+        return True
+
+    return remove
+
+
 def check_guard(guard: Callable[..., Any]) -> None:
     """Misuse check for a guard (callable, synchronous)."""
     if not callable(guard):
@@ -260,17 +275,7 @@ class ScopeLayer:
         return not (self.tools or self.restrictions or self.guards)
 
     def add_tool(self, frozen: ToolDefinition) -> Callable[[], bool]:
-        if frozen.name in self.tools:
-            raise DuplicateToolError(f'tool "{frozen.name}" is already registered in this scope')
-        self.tools[frozen.name] = frozen
-
-        def remove() -> bool:
-            if self.tools.get(frozen.name) is not frozen:
-                return False
-            del self.tools[frozen.name]
-            return True
-
-        return remove
+        return _add_named(self.tools, frozen, f'tool "{frozen.name}" is already registered in this scope')
 
     def add_restriction(self, restriction: ToolRestriction) -> Callable[[], bool]:
         self.restrictions.append(restriction)
@@ -376,18 +381,9 @@ class RegistryState:
         frozen = snapshot_definition(definition)
         check_reserved(frozen.name, self.reserved_names)
         if scope is None:
-            if frozen.name in self.globals:
-                raise DuplicateToolError(
-                    f'tool "{frozen.name}" is already registered (for a per-agent variant, register '
-                    "through that agent's scope, registry.scope(agent_id).register, instead)"
-                )
-            self.globals[frozen.name] = frozen
-
-            def remove() -> bool:
-                if self.globals.get(frozen.name) is not frozen:
-                    return False
-                del self.globals[frozen.name]
-                return True
+            remove = _add_named(self.globals, frozen, (
+                f'tool "{frozen.name}" is already registered (for a per-agent variant, register '
+                "through that agent's scope, registry.scope(agent_id).register, instead)"))
         else:
             layer = self.layers.get(scope) or ScopeLayer()
             remove = layer.add_tool(frozen)
