@@ -409,9 +409,27 @@ class _Registrar:
     def _scope(self) -> str | None:
         return None
 
+    def _claim(self) -> None:
+        """Called before each registration (a plugin starts watching its owner)."""
+
+    def register(self, definition: Any) -> Response[Disposer]:
+        """Register a tool globally as a frozen snapshot (callbacks captured now)."""
+        frozen = snapshot_definition(definition)
+        self._claim()
+        registry = self._registry_client()
+        return registry._registration(registry._handle().register, frozen, self._owner)
+
+    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
+        """Add a global guard ``guard(execution) -> reason | None``."""
+        check_guard(guard)
+        self._claim()
+        registry = self._registry_client()
+        return registry._registration(registry._handle().guard, guard, self._owner)
+
     def on(self, event: Event, listener: Callable[..., Any], *, prepend: bool = False) -> Response[Disposer]:
         """Add a listener (a plain callable or an :func:`actor_listener`) to ``event``."""
         check_listener(event, listener)
+        self._claim()
         registry = self._registry_client()
         return registry._registration(registry._handle().on, event, listener, self._scope(), prepend, self._owner)
 
@@ -522,17 +540,7 @@ class ToolRegistry(_Registrar):
 
         return Response(run)
 
-    # registrations (global)
-
-    def register(self, definition: Any) -> Response[Disposer]:
-        """Register a tool globally as a frozen snapshot (callbacks captured now)."""
-        frozen = snapshot_definition(definition)
-        return self._registration(self._handle().register, frozen, None)
-
-    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
-        """Add a global guard ``guard(execution) -> reason | None``."""
-        check_guard(guard)
-        return self._registration(self._handle().guard, guard, None)
+    # registrations (global; register, guard and on come from _Registrar)
 
     def on_change(self, listener: Callable[[], Any]) -> Response[Disposer]:
         """``tools/change``: unfiltered, called in the registry actor after each change;
@@ -729,26 +737,12 @@ class Plugin(_Registrar):
     def _registry_client(self) -> ToolRegistry:
         return self.registry
 
-    def _watch(self) -> None:
+    def _claim(self) -> None:
         with self._lock:
             if self._watched:
                 return
             self._watched = True
         self.registry._handle().watch_owner.remote(self._owner, _process_anchor())
-
-    def register(self, definition: Any) -> Response[Disposer]:
-        self._watch()
-        return self.registry._registration(self.registry._handle().register, snapshot_definition(definition),
-                                           self._owner)
-
-    def guard(self, guard: Callable[..., Any]) -> Response[Disposer]:
-        check_guard(guard)
-        self._watch()
-        return self.registry._registration(self.registry._handle().guard, guard, self._owner)
-
-    def on(self, event: Event, listener: Callable[..., Any], *, prepend: bool = False) -> Response[Disposer]:
-        self._watch()
-        return super().on(event, listener, prepend=prepend)
 
     def dispose(self) -> Response[int]:
         """Dispose every registration of this plugin, last first; resolves to how many."""
