@@ -1,44 +1,42 @@
 """The sandbox child: runs one model-written program and talks to its host in frames.
 
-Started as ``python -I -S _child.py`` in a fresh process with an empty environment, a
-private working directory, resource limits and (where the OS allows) no network. Its
-import path holds the standard library and msgpack only. Before the program runs, an
-audit hook (which cannot be removed) refuses: opening files outside the standard
-library and the working directory (writes: the working directory only), sockets,
-starting processes or forking, loading native code through ctypes, and importing
-``ray`` or ``ctypes``. This file uses nothing beyond the standard library and msgpack.
+Imported by ``_launcher.py`` before the operating-system walls go up and run after they
+are up (the walls are the boundary: nothing in this file tries to contain the program).
+It uses only the standard library and msgpack.
 
 Frames are a 4-byte big-endian length and a msgpack map. The host sends ``start`` and
 ``reply`` frames on stdin; the child sends ``log``, ``call`` and ``done`` frames on the
-file descriptor given as argv[1]. argv[2] is a directory holding only msgpack.
+file descriptor it is given.
 """
 
+import ast
 import asyncio
 import io
 import json
-import linecache
 import os
 import struct
 import sys
 import threading
 import traceback
 
-_OUT = int(sys.argv[1])
-sys.path.insert(0, sys.argv[2])  # the one directory beside the standard library: msgpack alone
-import msgpack  # noqa: E402
+import msgpack
 
+_out = [-1]
 _write_lock = threading.Lock()
+MAX_FRAME = 64 * 2**20
 
 
 def _send(message):
     payload = msgpack.packb(message, use_bin_type=True)
+    data = struct.pack(">I", len(payload)) + payload
     with _write_lock:
-        os.write(_OUT, struct.pack(">I", len(payload)) + payload)
+        while data:
+            data = data[os.write(_out[0], data):]
 
 
 def _read_exact(stream, size):
-    # The host has the same helper; this file may import only the standard library and
-    # msgpack (it runs inside the sandbox), so it keeps its own copy.
+    # The host reads frames with its own non-blocking decoder; this file may import only
+    # the standard library and msgpack (it runs inside the sandbox), so it keeps this one.
     data = b""
     while len(data) < size:
         chunk = stream.read(size - len(data))
@@ -52,7 +50,10 @@ def _read_frame(stream):
     head = _read_exact(stream, 4)
     if head is None:
         return None
-    body = _read_exact(stream, struct.unpack(">I", head)[0])
+    size = struct.unpack(">I", head)[0]
+    if size > MAX_FRAME:
+        return None
+    body = _read_exact(stream, size)
     return None if body is None else msgpack.unpackb(body, raw=False)
 
 
@@ -84,86 +85,78 @@ def _program_traceback(exc):
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<program>"]
     lines = ["Traceback (most recent call last):"] if frames else []
     for frame in frames:
-        lines.append(f"  line {frame.lineno - 1}, in program")
+        lines.append(f"  line {frame.lineno}, in program")
         if frame.line:
             lines.append(f"    {frame.line.strip()}")
     lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(exc))
     return "\n".join(lines)
 
 
-_BLOCKED_EVENTS = (
-    "socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-    "os.forkpty", "os.kill", "os.killpg", "ctypes.", "pty.spawn", "os.chroot", "os.setuid", "mmap.__new__",
-    "os.startfile", "sys.remote_exec", "webbrowser.open",
-)
-_BLOCKED_MODULES = ("ray", "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "multiprocessing",
-                    "socket", "_socket", "ssl", "_ssl", "urllib.request", "http.client", "pty")
+def compile_program(source):
+    """The program as the body of ``async def __dsh_program__(tools)``, lines unchanged.
+
+    The body is parsed as a module (the parser accepts top-level ``await`` and ``return``)
+    and placed into the function's AST, so string literals and line numbers stay exactly
+    as the model wrote them.
+    """
+    tree = ast.parse(source, "<program>")
+    arguments = ast.arguments(posonlyargs=[], args=[ast.arg("tools")], kwonlyargs=[], kw_defaults=[], defaults=[])
+    function = ast.AsyncFunctionDef(name="__dsh_program__", args=arguments, body=tree.body or [ast.Pass()],
+                                    decorator_list=[], returns=None, lineno=1, col_offset=0)
+    module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+    import linecache
+
+    linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
+    return compile(module, "<program>", "exec")
 
 
-def _guard(read_roots, workdir):
-    read_roots = tuple(os.path.realpath(r) + os.sep for r in read_roots)
-    workdir = os.path.realpath(workdir) + os.sep
+def make_tools(names, call):
+    """The program's ``tools``: ``tools.name`` and ``tools["name"]`` for every binding name.
 
-    def inside(path, roots):
-        real = os.path.realpath(path) + os.sep
-        return any(real.startswith(root) for root in roots)
+    The object has no attributes of its own, so no name (``_private``, ``__init__``,
+    ``keys``) collides with anything; a missing name raises ``AttributeError``.
+    """
+    bindings = {}
+    for name in names:
+        bindings[name] = _binding(name, call)
 
-    def hook(event, args):
-        if event == "open":
-            path, mode = args[0], args[1]
-            if isinstance(path, int) or path is None:
-                return
-            path = os.fsdecode(path)
-            writing = isinstance(mode, str) and any(c in mode for c in "wax+")
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            writing = writing or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC))
-            if inside(path, (workdir,)) or (not writing and inside(path, read_roots)):
-                return
-            raise PermissionError(f"sandbox: access to {path!r} is not allowed (only the working directory)")
-        if event == "import":
-            name = args[0] or ""
-            if name.split(".")[0] in _BLOCKED_MODULES or name in _BLOCKED_MODULES:
-                raise ImportError(f"sandbox: importing {name!r} is not allowed")
-            return
-        if event.startswith(_BLOCKED_EVENTS):
-            raise PermissionError(f"sandbox: {event} is not allowed")
+    class Tools:
+        __slots__ = ()
 
-    sys.addaudithook(hook)
-
-
-class _Tools:
-    """The program's ``tools``: one async function per binding (``tools.x`` / ``tools["x"]``)."""
-
-    def __init__(self, names, call):
-        object.__setattr__(self, "_names", frozenset(names))
-        object.__setattr__(self, "_call", call)
-
-    def __getitem__(self, name):
-        if name not in self._names:
-            raise AttributeError(f'unknown binding "tools.{name}"')
-        call = self._call
-
-        async def binding(*args, **kwargs):
-            if args and kwargs or len(args) > 1:
-                raise TypeError(f"tools.{name}() takes keyword arguments or one arguments dict")
-            value = args[0] if args else kwargs
+        def __getattribute__(self, name):
             try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
-            return await call(name, json.loads(json.dumps(value)))
+                return bindings[name]
+            except KeyError:
+                raise AttributeError(f'unknown binding "tools.{name}"') from None
 
-        binding.__name__ = name
-        return binding
+        def __getitem__(self, name):
+            return Tools.__getattribute__(self, name)
 
-    def __getattr__(self, name):
-        return self[name]
+        def __setattr__(self, name, value):
+            raise AttributeError("tools is read-only")
 
-    def __setattr__(self, name, value):
-        raise AttributeError("tools is read-only")
+        def __dir__(self):
+            return sorted(bindings)
 
-    def __dir__(self):
-        return sorted(self._names)
+        def __repr__(self):
+            return f"<tools: {', '.join(sorted(bindings))}>"
+
+    return Tools()
+
+
+def _binding(name, call):
+    async def binding(*args, **kwargs):
+        if args and kwargs or len(args) > 1:
+            raise TypeError(f"tools.{name}() takes keyword arguments or one arguments dict")
+        value = args[0] if args else kwargs
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
+        return await call(name, json.loads(text))
+
+    binding.__name__ = binding.__qualname__ = name
+    return binding
 
 
 def _render(value, limit):
@@ -181,9 +174,10 @@ def _render(value, limit):
     return data[:limit].decode("utf-8", "ignore") + "… [truncated]"
 
 
-def main():
+def main(out_fd):
+    _out[0] = out_fd
     start = _read_frame(sys.stdin.buffer)
-    if not start or start.get("t") != "start":
+    if not isinstance(start, dict) or start.get("t") != "start":
         return
     loop = asyncio.new_event_loop()
     futures = {}
@@ -215,22 +209,17 @@ def main():
         _send({"t": "call", "id": call_id, "name": name, "args": args})
         return await future
 
-    source = "async def __dsh_program__(tools):\n" + "".join(
-        "    " + line + "\n" for line in (start["program"].splitlines() or ["pass"]))
-    # compile() sees the program one line down (the def); tracebacks shift it back
     namespace = {"__name__": "__sandbox__"}
-    linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
     try:
-        code = compile(source, "<program>", "exec")
+        code = compile_program(start["program"])
     except SyntaxError as exc:
         _send({"t": "done", "error": {"kind": "exception", "message": f"SyntaxError: {exc}"}})
         return
     threading.Thread(target=reader, daemon=True).start()
     capture = sys.stdout = sys.stderr = _Capture()
-    _guard(start["read_roots"], os.getcwd())
     try:
         exec(code, namespace)
-        value = loop.run_until_complete(namespace["__dsh_program__"](_Tools(start["names"], call)))
+        value = loop.run_until_complete(namespace["__dsh_program__"](make_tools(start["names"], call)))
     except BaseException as exc:  # the program's failure, whatever it raised
         capture.flush()
         _send({"t": "done", "error": {"kind": "exception", "message": _program_traceback(exc)}})
@@ -242,7 +231,8 @@ def main():
         _send({"t": "done", "value": _render(value, start["max_value_bytes"])})
 
 
-if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    os._exit(0)
+def finish():
+    try:
+        sys.__stdout__.flush()
+    finally:
+        os._exit(0)

@@ -129,6 +129,8 @@ def render_sdk(schemas: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def sdk_section_text(schemas: Iterable[Mapping[str, Any]]) -> str:
-    """The whole ``tools:sdk`` section: instructions, a blank line, the fenced stub."""
-    return f"{SDK_INSTRUCTIONS}\n\n```python\n{render_sdk(schemas)}\n```"
+def sdk_section_text(schemas: Iterable[Mapping[str, Any]], dialect: str | None = None) -> str:
+    """The whole ``tools:sdk`` section: instructions (with the language the sandbox runs,
+    when known), a blank line, the fenced stub."""
+    language = f"The language: {dialect}.\n" if dialect else ""
+    return f"{language}{SDK_INSTRUCTIONS}\n\n```python\n{render_sdk(schemas)}\n```"

@@ -61,7 +61,7 @@ def check_runtime(mode: str, runtime: CodeRuntime | None) -> CodeRuntime:
     if runtime is None:
         raise CodeRuntimeMissingError(
             f'dsh-actors: mode "{mode}" requires a code runtime — pass code_runtime='
-            f'SubprocessRuntime() (dsh_actors.codemode.runtime) or set tools mode to "native"'
+            f'make_runtime() (dsh_actors.codemode.runtime) or set tools mode to "native"'
         )
     language = getattr(runtime, "language", None)
     if language != "python":

@@ -620,8 +620,10 @@ class InMemoryRegistry(_Owner):
         from ..codemode.sdk import sdk_section_text
         from ..codemode.transport import check_runtime
 
-        check_runtime(self._state.mode, self.code_runtime)
-        return sdk_section_text(s for s in self.schemas(scope) if s["name"] != RUN_CODE)
+        runtime = check_runtime(self._state.mode, self.code_runtime)
+        dialect = getattr(runtime, "dialect", None)
+        return sdk_section_text((s for s in self.schemas(scope) if s["name"] != RUN_CODE),
+                                dialect if isinstance(dialect, str) else None)
 
     @property
     def state(self) -> RegistryState:

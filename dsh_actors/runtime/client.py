@@ -498,7 +498,7 @@ class ToolRegistry(_Registrar):
                     f'dsh-actors: mode "{config["mode"]}" requires a code runtime — connect with '
                     "code_runtime=CodeRuntimeConfig() or set tools mode to \"native\"")
             schemas = await self.schemas(scope)
-            return sdk_section_text(s for s in schemas if s["name"] != RUN_CODE)
+            return sdk_section_text((s for s in schemas if s["name"] != RUN_CODE), config.get("dialect"))
         return Response(run)
 
     def __reduce__(self) -> tuple[Any, ...]:

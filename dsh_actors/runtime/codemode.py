@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import ray
 
-from ..codemode.runtime import CodeRuntimeConfig, SubprocessRuntime
+from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
 from ..codemode.transport import build_run_code
 from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
@@ -98,16 +98,16 @@ class CodeRunQueue:
         return len(self._runs)
 
 
-_runtimes: dict[CodeRuntimeConfig, SubprocessRuntime] = {}
+_runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}
 
 
-def _worker_runtime(config: CodeRuntimeConfig | None) -> SubprocessRuntime | None:
-    """One sandbox runtime per worker process and config (it holds no per-run state)."""
+def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
+    """One code runtime per worker process and config (it holds no per-run state)."""
     if config is None:
         return None
     runtime = _runtimes.get(config)
     if runtime is None:
-        runtime = _runtimes[config] = SubprocessRuntime(config)
+        runtime = _runtimes[config] = make_runtime(config)
     return runtime
 
 

@@ -381,4 +381,7 @@ class RegistryActor:
 
     def config(self) -> dict[str, Any]:
         """The mode and whether a code runtime is configured (for the SDK and clients)."""
-        return {"mode": self._mode, "code_runtime": self._code_runtime is not None}
+        from ..codemode.runtime import dialect
+
+        return {"mode": self._mode, "code_runtime": self._code_runtime is not None,
+                "dialect": dialect(self._code_runtime) if self._code_runtime is not None else None}

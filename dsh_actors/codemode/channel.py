@@ -1,0 +1,115 @@
+"""The host's side of a sandbox's pipes: non-blocking, bounded, never waiting on the child.
+
+Frames are a 4-byte big-endian length and a msgpack body. :class:`FrameReader` decodes
+what arrives as it arrives (from the event loop's reader callbacks); a declared length
+over ``max_frame`` or a body that is not msgpack is a :class:`ChannelError` — the stream
+can no longer be trusted, so the run ends with a coded error. :class:`PipeWriter` queues
+outgoing bytes and lets the loop write them when the pipe has room; a child that stops
+reading fills at most ``max_pending`` bytes, and then the run ends with a coded error
+instead of blocking the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from typing import Any, Callable
+
+import msgpack
+
+__all__ = ["ChannelError", "FrameReader", "PipeWriter", "encode_frame", "read_available"]
+
+HEADER = struct.Struct(">I")
+
+
+class ChannelError(Exception):
+    """The child broke the framing (oversized, undecodable) or stopped reading its replies."""
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    payload = msgpack.packb(message, use_bin_type=True)
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes, get whole frames; never holds more than one frame."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buffer)
+            if size > self.max_frame:
+                raise ChannelError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
+            if len(self._buffer) < HEADER.size + size:
+                break
+            body = bytes(self._buffer[HEADER.size:HEADER.size + size])
+            del self._buffer[:HEADER.size + size]
+            try:
+                frames.append(msgpack.unpackb(body, raw=False, strict_map_key=True))
+            except Exception as exc:  # any decoder failure: the stream is not ours any more
+                raise ChannelError(f"undecodable frame ({type(exc).__name__})") from None
+        return frames
+
+
+def read_available(fd: int, limit: int = 65536) -> bytes | None:
+    """What the pipe holds now (``b""`` when nothing is there yet, ``None`` at EOF)."""
+    try:
+        data = os.read(fd, limit)
+    except BlockingIOError:
+        return b""
+    except OSError:
+        return None
+    return data or None
+
+
+class PipeWriter:
+    """Writes to a non-blocking pipe from the event loop; bounded, never blocking."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, max_pending: int,
+                 on_error: Callable[[ChannelError], None]) -> None:
+        self._loop, self._fd, self._max = loop, fd, max_pending
+        self._pending = bytearray()
+        self._on_error = on_error
+        self._watching = False
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if len(self._pending) + len(data) > self._max:
+            self.close()
+            self._on_error(ChannelError(f"the sandbox stopped reading: more than {self._max} bytes of replies pending"))
+            return
+        self._pending += data
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._pending and not self._closed:
+            try:
+                written = os.write(self._fd, self._pending)
+            except BlockingIOError:
+                break
+            except OSError:  # the child is gone: what it did not read no longer matters
+                self._pending.clear()
+                break
+            del self._pending[:written]
+        want = bool(self._pending) and not self._closed
+        if want and not self._watching:
+            self._loop.add_writer(self._fd, self._flush)
+            self._watching = True
+        elif not want and self._watching:
+            self._loop.remove_writer(self._fd)
+            self._watching = False
+
+    def close(self) -> None:
+        if self._watching:
+            self._loop.remove_writer(self._fd)
+            self._watching = False
+        self._closed = True
+        self._pending.clear()
