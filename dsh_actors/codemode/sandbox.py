@@ -119,15 +119,17 @@ class SubprocessRuntime:
     mechanism must work, and construction raises
     :class:`~dsh_actors.codemode.isolation.SandboxUnavailableError` naming what is missing.
     ``outside_ids`` is the unprivileged uid/gid the program runs as when the host is root.
+    ``warm_spare`` keeps one sandbox booting ahead of the next run.
     """
 
     language = "python"
     dialect = DIALECTS["cpython"]
 
     def __init__(self, config: CodeRuntimeConfig | None = None, *, allow_missing: Iterable[str] = (),
-                 outside_ids: tuple[int, int] = NOBODY) -> None:
+                 outside_ids: tuple[int, int] = NOBODY, warm_spare: bool = True) -> None:
         self.config = config or CodeRuntimeConfig(backend="cpython")
         self.outside_ids = outside_ids
+        self.warm_spare = warm_spare
         self.mechanisms = isolation.required(isolation.probe(outside_ids), allow_missing)
         self.isolation = "os:" + "+".join(self.mechanisms) if self.mechanisms else "subprocess (no isolation)"
         self._closed = False
@@ -206,7 +208,8 @@ class SubprocessRuntime:
             if spare is not None:
                 spare.kill()
             spare = self._spawn()
-        threading.Thread(target=self._prepare_spare, daemon=True).start()
+        if self.warm_spare:
+            threading.Thread(target=self._prepare_spare, daemon=True).start()
         return spare
 
     def _prepare_spare(self) -> None:

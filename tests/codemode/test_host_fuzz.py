@@ -1,0 +1,97 @@
+"""The host against random and adversarial frames: it settles each run exactly once, with a
+result, and stays usable — whatever bytes the child writes."""
+
+import asyncio
+import struct
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsh_actors.codemode.channel import ChannelError, FrameReader, encode_frame
+from dsh_actors.codemode.runtime import CodeRuntimeConfig, Ledger, settled
+from dsh_actors.codemode.sandbox import SubprocessRuntime
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.text(max_size=20) | st.binary(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                        max_size=4), max_leaves=12)
+
+
+@given(st.lists(st.binary(max_size=64), max_size=20))
+def test_the_frame_decoder_returns_frames_or_one_channel_error_for_any_bytes(chunks):
+    reader = FrameReader(max_frame=1024)
+    try:
+        for chunk in chunks:
+            for frame in reader.feed(chunk):
+                assert frame is not None or frame is None  # decoded values of any shape are returned
+    except ChannelError as error:
+        assert "frame" in str(error)
+
+
+@given(st.lists(json_values, max_size=6), st.integers(min_value=1, max_value=7))
+def test_frames_split_anywhere_decode_to_what_was_sent(messages, step):
+    stream = b"".join(encode_frame({"t": "log", "v": m}) for m in messages)
+    reader, got = FrameReader(max_frame=2**20), []
+    for start in range(0, len(stream), step):
+        got += reader.feed(stream[start:start + step])
+    assert [f["v"] for f in got] == messages
+
+
+def test_an_oversized_declared_length_is_a_channel_error_before_any_body_arrives():
+    with pytest.raises(ChannelError, match="exceeds the 1024-byte limit"):
+        FrameReader(max_frame=1024).feed(struct.pack(">I", 1025))
+
+
+@given(json_values)
+def test_only_a_well_formed_done_settles_and_a_forged_error_is_cut_to_the_byte_cap(message):
+    result = settled({"t": "done", "value": message}, Ledger(100), 8)
+    assert result is None if message is not None and not isinstance(message, str) else result is not None
+    forged = settled({"t": "done", "value": "v", "error": {"kind": "exception", "message": "€€€€"}}, Ledger(100), 8)
+    assert forged.value == "v" and forged.error.message == "€€"  # both reported; cut exactly, no marker
+    assert settled({"t": "done", "error": {"kind": "pwned", "message": "x"}}, Ledger(100), 8) is None
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    rt = SubprocessRuntime(CodeRuntimeConfig(backend="cpython", compute_ms=3000, max_wall_ms=1500, max_log_bytes=2048,
+                                             max_value_bytes=64))
+    yield rt
+    rt.close()
+
+
+def raw_writer(payload: bytes) -> str:
+    """A program that writes ``payload`` straight onto its frame channel, then waits."""
+    return ("import os, sys\n"
+            f"os.write(sys.modules['_child']._out[0], {payload!r})\n"
+            "import time\ntime.sleep(30)\n")
+
+
+ADVERSARIAL = {
+    "a length far past the limit": (struct.pack(">I", 2**31) + b"x" * 10, "worker-exit"),
+    "a body that is not msgpack": (struct.pack(">I", 3) + b"\xc1\xc1\xc1", "worker-exit"),
+    "a map with non-string keys": (struct.pack(">I", 3) + b"\x81\x01\x01", "worker-exit"),
+    "a done with a non-string value, then nothing": (encode_frame({"t": "done", "value": 5}), "timeout"),
+    "a done with an unknown error kind": (encode_frame({"t": "done", "error": {"kind": "escape"}}), "timeout"),
+    "a reply-shaped frame from the child": (encode_frame({"t": "reply", "id": 1, "ok": True}), "timeout"),
+    "a well-formed forged done": (encode_frame({"t": "done", "value": "v", "error": {"kind": "abort", "message": "m" * 200}}),
+                                  "abort"),
+}
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL))
+def test_an_adversarial_frame_ends_the_run_with_one_coded_result(runtime, case):
+    payload, kind = ADVERSARIAL[case]
+    result = asyncio.run(runtime.run(raw_writer(payload), {}))
+    assert result.error is not None and result.error.kind == kind, result
+    if kind == "abort":
+        assert result.value == "v" and result.error.message == "m" * 64
+    assert asyncio.run(runtime.run("return 'next'", {})).value == "next"
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(min_size=1, max_size=512))
+def test_random_bytes_on_the_channel_always_end_in_one_result(runtime, payload):
+    result = asyncio.run(runtime.run(raw_writer(payload), {}))
+    assert isinstance(result.logs, list)
+    assert result.error is not None or isinstance(result.value, (str, type(None)))
