@@ -26,7 +26,7 @@ import weakref
 from typing import Any, Mapping
 
 from ..core.signal import AbortSignal
-from .runtime import DIALECTS, Binding, CodeRuntimeConfig, Ledger, RunError, RunResult, cap_error, cap_value
+from .runtime import DIALECTS, Binding, CodeRuntimeConfig, check_run, Ledger, RunError, RunResult, cap_error, cap_value
 
 __all__ = ["MontyRuntime"]
 
@@ -143,14 +143,8 @@ class MontyRuntime:
     async def run(self, program: str, bindings: Mapping[str, Binding],
                   signal: AbortSignal | None = None) -> RunResult:
         """Run ``program`` (the body of an async function with ``tools`` in scope)."""
-        if self._closed:
-            raise RuntimeError("dsh-code-runtime: run() after disposal")
-        if not isinstance(program, str):
-            raise TypeError("program must be a str")
-        if not isinstance(bindings, Mapping) or not all(isinstance(n, str) and callable(f) for n, f in bindings.items()):
-            raise TypeError("bindings must map binding names (str) to async functions")
-        if signal is not None and signal.aborted:
-            return RunResult(error=RunError("abort", str(signal.reason)))
+        if (early := check_run(self._closed, program, bindings, signal)) is not None:
+            return early
         ledger = Ledger(int(self.config.max_log_bytes))
         task = asyncio.ensure_future(self._feed(program, dict(bindings), ledger))
         self._runs.add(task)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .sandbox import SubprocessRuntime
 
 __all__ = ["BACKENDS", "CodeRuntime", "CodeRuntimeConfig", "Ledger", "MontyRuntime", "RunError", "RunResult",
-           "SubprocessRuntime", "cap_error", "cap_value", "dialect", "make_runtime"]
+           "SubprocessRuntime", "cap_error", "cap_value", "check_run", "dialect", "make_runtime"]
 
 ErrorKind = Literal["exception", "timeout", "abort", "worker-exit"]
 ERROR_KINDS = ("exception", "timeout", "abort", "worker-exit")
@@ -135,6 +135,20 @@ def __getattr__(name: str) -> Any:  # the backends, importable from here as befo
 
         return MontyRuntime
     raise AttributeError(name)
+
+
+def check_run(closed: bool, program: Any, bindings: Any, signal: AbortSignal | None) -> RunResult | None:
+    """The seam's checks before a run: misuse raises; an already-aborted signal is the
+    run's result (and nothing starts)."""
+    if closed:
+        raise RuntimeError("dsh-code-runtime: run() after disposal")
+    if not isinstance(program, str):
+        raise TypeError("program must be a str")
+    if not isinstance(bindings, Mapping) or not all(isinstance(n, str) and callable(f) for n, f in bindings.items()):
+        raise TypeError("bindings must map binding names (str) to async functions")
+    if signal is not None and signal.aborted:
+        return RunResult(error=RunError("abort", str(signal.reason)))
+    return None
 
 
 class Ledger:

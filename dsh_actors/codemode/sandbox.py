@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 from ..core.signal import AbortSignal
 from . import isolation
 from .channel import ChannelError, FrameReader, PipeWriter, encode_frame, read_available
-from .runtime import DIALECTS, Binding, CodeRuntimeConfig, Ledger, RunError, RunResult, settled
+from .runtime import DIALECTS, Binding, check_run, CodeRuntimeConfig, Ledger, RunError, RunResult, settled
 
 __all__ = ["SubprocessRuntime"]
 
@@ -151,14 +151,8 @@ class SubprocessRuntime:
     async def run(self, program: str, bindings: Mapping[str, Binding],
                   signal: AbortSignal | None = None) -> RunResult:
         """Run ``program`` (the body of an async function with ``tools`` in scope)."""
-        if self._closed:
-            raise RuntimeError("dsh-code-runtime: run() after disposal")
-        if not isinstance(program, str):
-            raise TypeError("program must be a str")
-        if not isinstance(bindings, Mapping) or not all(isinstance(n, str) and callable(f) for n, f in bindings.items()):
-            raise TypeError("bindings must map binding names (str) to async functions")
-        if signal is not None and signal.aborted:
-            return RunResult(error=RunError("abort", str(signal.reason)))
+        if (early := check_run(self._closed, program, bindings, signal)) is not None:
+            return early
         task = asyncio.current_task()
         if task is not None:
             self._runs.add(task)

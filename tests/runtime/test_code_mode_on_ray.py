@@ -20,7 +20,8 @@ T = 120
 @pytest.fixture(params=["queue-actor", "in-task"])
 def code_registry(ray_cluster, request):
     registry = ToolRegistry.connect(f"code-{time.monotonic_ns()}", mode="code",
-                                    code_runtime=CodeRuntimeConfig(compute_ms=5000, max_wall_ms=60_000),
+                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
+                                                                   max_wall_ms=60_000),
                                     code_dispatch=request.param)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
@@ -46,6 +47,19 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
         queues = ray.get(code_registry._handle().__ray_call__.remote(lambda self: self._queues), timeout=T)
         if queues:  # queue-actor dispatch: the run's queue was released after the run
             assert sum(ray.get([q.runs.remote() for q in queues], timeout=T)) == 0
+
+
+def test_the_default_monty_backend_runs_programs_in_the_workers_and_says_so_in_the_sdk(ray_cluster):
+    registry = ToolRegistry.connect(f"monty-{time.monotonic_ns()}", mode="code", code_runtime=CodeRuntimeConfig())
+    try:
+        registry.register(echo()).result(T)
+        result = run_code(registry.scope("m1"), 'print(await tools.echo(text="a"))\nreturn {"n": 1}')
+        assert not result.is_error and result.meta == {"logs": ["a"]} and result.text.endswith("{'n': 1}")
+        unsupported = run_code(registry, "def gen():\n    yield 1\nreturn 1")
+        assert unsupported.error["code"] == "CODE_RUN_FAILED" and "Monty, a subset of Python" in unsupported.text
+        assert registry.sdk().result(T).startswith("The language: Monty, a subset of Python 3")
+    finally:
+        registry.shutdown()
 
 
 def test_the_reserved_transport_is_protected_on_ray(code_registry):
