@@ -129,7 +129,7 @@ if __name__ == "__main__":
     empty, sub, settle = asyncio.run(main(20))
     write_section("code_empty", "Code Mode: an empty program (warm)", empty
                   + "\n\nThe shipped backend starts a fresh CPython process per run (no state survives), "
-                    "which bounds an empty run. pydantic-monty was not evaluated in this round.")
+                    "which bounds an empty run. The Monty backend is measured in benchmarks/sandbox.py.")
     write_section("code_subcalls", "Code Mode: 100 sub-calls vs 100 native calls", sub)
     write_section("code_settle", "Code Mode: settlement to the in-flight sub-call's abort", settle)
     print(empty, sub, settle, sep="\n\n")

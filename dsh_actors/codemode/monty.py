@@ -133,11 +133,15 @@ class MontyRuntime:
         for task in list(self._runs):
             task.cancel()
         for loop, pool in list(self._pools.items()):
-            if not loop.is_closed():
-                try:
-                    asyncio.run_coroutine_threadsafe(pool.__aexit__(None, None, None), loop)
-                except RuntimeError:
-                    pass
+            async def shut(pool: Any = pool) -> None:
+                await pool.__aexit__(None, None, None)
+
+            try:
+                if loop.is_running():
+                    asyncio.run_coroutine_threadsafe(shut(), loop)
+                # a pool whose loop has stopped ends its workers when it is collected
+            except RuntimeError:
+                pass
         self._pools.clear()
 
     async def run(self, program: str, bindings: Mapping[str, Binding],
