@@ -287,3 +287,33 @@ def test_a_program_cannot_undo_its_walls_by_rewriting_the_runner(cold):
 def test_the_host_process_survives_every_attack_and_still_serves(runtime):
     assert run(runtime, "return 'alive'").value == "alive"
     assert os.getpid() > 0 and threading.main_thread().is_alive() and sys.exc_info() == (None, None, None)
+
+
+REFUSAL = """
+import asyncio, errno, sys
+import pyseccomp as sc
+rules = sc.SyscallFilter(sc.ALLOW)
+rules.add_rule(sc.ERRNO(errno.ENOSYS), "landlock_create_ruleset")  # this host now has no Landlock
+rules.load()
+from dsh_actors.codemode.isolation import SandboxUnavailableError
+from dsh_actors.codemode.sandbox import SubprocessRuntime
+try:
+    SubprocessRuntime(outside_ids=(65532, 65532))
+    print("not refused")
+except SandboxUnavailableError as exc:
+    print("refused:", exc.code, exc)
+runtime = SubprocessRuntime(outside_ids=(65532, 65532), allow_missing=("landlock",))
+print("label:", runtime.isolation)
+print("ran:", asyncio.run(runtime.run("import os\\nos.fork()", {})).error.message.splitlines()[-1])
+runtime.close()
+"""
+
+
+def test_a_host_without_landlock_is_refused_until_the_operator_accepts_it_by_name():
+    """A real host without the mechanism: Landlock's syscall answers ENOSYS for this process tree."""
+    done = subprocess.run([sys.executable, "-c", REFUSAL], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused: SANDBOX_UNAVAILABLE dsh-code-runtime: this host cannot isolate untrusted "
+                               "code: missing landlock (SetupError: landlock: not supported by this kernel)"), done
+    assert lines[1] == "label: os:userns+mountns+pidns+netns+ipcns+seccomp"  # says what it runs without
+    assert lines[2] == "ran: PermissionError: [Errno 1] Operation not permitted"  # the other walls still hold
