@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Mapping, get_type_hints
 
 import pydantic
 
+from .body import run_body
 from .errors import DefinitionError, ToolArgsError, error_message
 from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot, thaw
 from .presentation import PresentationError, validate_call_view, validate_result_view
@@ -41,10 +42,6 @@ def check_timeout_ms(owner: str, timeout_ms: object) -> float | None:
     ):
         raise DefinitionError(f"{owner}: timeout_ms must be a positive finite number")
     return timeout_ms
-
-
-async def _settle(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 def _soft_presenter(
@@ -111,7 +108,7 @@ def define_tool(
         violations = validate_args(spec, args)
         if violations:
             raise ToolArgsError(violations)
-        return await _settle(execute(args, ctx))
+        return await run_body(execute, args, ctx)
 
     run.__name__ = getattr(execute, "__name__", name)
     run.__doc__ = getattr(execute, "__doc__", None)
@@ -237,7 +234,7 @@ def tool(
         kwargs = {field: getattr(parsed, field) for field in model.model_fields}
         if context_param is not None:
             kwargs[context_param] = ctx
-        return _returned(await _settle(fn(**kwargs)))
+        return _returned(await run_body(fn, **kwargs))
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__

@@ -22,23 +22,23 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import ray
 
-from ..core.errors import ToolTimeoutError, error_result
+from ..core.errors import error_result
 from ..core.jsonvalue import snapshot
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.errors import DefinitionError
 from ..core.registry import MODES, RUN_CODE, Event, check_guard, check_listener, snapshot_definition
-from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
 from .errors import (
-    ExecutionCancelledError,
     RegistryUnavailableError,
     ScopeUnavailableError,
+    WorkerCrashedError,
     remote_call,
     translate,
 )
 from .signals import portable_reason, publish_signal
-from .execution import NEED_PLAN, STALE, pack_call, run_execution
+from .execution import NEED_PLAN, STALE, pack_call
+from .executor import cancel_task
 from .local import ensure_ray
 from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
 from .response import Response, background_loop
@@ -52,31 +52,6 @@ __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
 DEFAULT_NAMESPACE = "dsh-actors"
 _FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
 _STALE_RETRIES = 3
-CANCEL_GRACE_S = 2.0
-"""How long a cancelled call gets to stop on its own before its worker is killed."""
-
-
-def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
-    """Cancel an execution task: politely first, then (still running after ``grace_s``)
-    by killing its worker. Executions never retry, so a killed call does not run again."""
-    try:
-        ray.cancel(ref)
-    except Exception:
-        return
-
-    def force() -> None:
-        ready, _ = ray.wait([ref], timeout=0)
-        if not ready:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:
-                pass
-
-    timer = threading.Timer(grace_s, force)
-    timer.daemon = True
-    timer.start()
-
-
 class Disposer:
     """Undoes one registration: ``await disposer()`` or ``disposer().result()``. Idempotent."""
 
@@ -236,49 +211,28 @@ class _Subscription:
             self._valid_until = sent + LEASE_S
 
 
-class _ForceStop:
-    """Kills a force-stoppable tool's task when its budget (plus grace) runs out, or when
-    its caller aborted and it did not stop within the grace; remembers why."""
+class _ExecutorPool:
+    """This process's view of a registry's executor actors: picked in turn; one that died
+    for good is reported to the registry (which replaces it) and the view refreshed."""
 
-    def __init__(self, ref: Any, timeout_ms: float, grace_ms: float) -> None:
-        self._ref = ref
-        self.failure: BaseException | None = None
-        self._timeout_ms = timeout_ms
-        self._grace_s = grace_ms / 1000.0
-        self._timers: list[threading.Timer] = []
-        self._remove: Callable[[], None] | None = None
+    def __init__(self, registry: "ToolRegistry") -> None:
+        self._registry = registry
+        self._handles: list[Any] = []
+        self._next = 0
 
-    @classmethod
-    def arm(cls, ref: Any, limits: tuple[float, float] | None, signal: AbortSignal | None) -> "_ForceStop | None":
-        if limits is None:
-            return None
-        stopper = cls(ref, *limits)
-        stopper._after(limits[0] / 1000.0 + stopper._grace_s, ToolTimeoutError(limits[0]))
-        if signal is not None:
-            stopper._remove = signal.add_listener(lambda reason: stopper._after(
-                stopper._grace_s, ExecutionCancelledError(f"the call did not stop within the grace after its caller aborted ({reason})")))
-        return stopper
+    async def pick(self) -> Any:
+        if not self._handles:
+            self._handles = list(await remote_call(self._registry._handle().executors,
+                                                   unavailable=RegistryUnavailableError, what="the registry"))
+        self._next = (self._next + 1) % len(self._handles)
+        return self._handles[self._next]
 
-    def _after(self, delay_s: float, failure: BaseException) -> None:
-        def fire() -> None:
-            ready, _ = ray.wait([self._ref], timeout=0)
-            if not ready and self.failure is None:
-                self.failure = failure
-                try:
-                    ray.cancel(self._ref, force=True)
-                except Exception:
-                    pass
-
-        timer = threading.Timer(delay_s, fire)
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
-
-    def disarm(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        if self._remove is not None:
-            self._remove()
+    def lost(self, handle: Any) -> None:
+        self._handles = []
+        try:
+            self._registry._handle().replace_executor.remote(handle._actor_id.hex())
+        except Exception:
+            pass  # the registry is gone too: the next call reports that
 
 
 class _Executor:
@@ -290,6 +244,7 @@ class _Executor:
         self._tickets: dict[str | None, PlanTicket] = {}
         self._key = version_key(registry.namespace, registry.name)
         self._subscription = _Subscription(registry, lambda version: self._tickets.clear())
+        self._pool = _ExecutorPool(registry)
 
     async def _ticket(self, agent: str | None, refresh: bool) -> PlanTicket:
         ticket = None if refresh else self._tickets.get(agent)
@@ -334,20 +289,20 @@ class _Executor:
                     check = None
                 else:
                     check = ticket.version
-                options = ticket.placements.get(execution.name, {"max_retries": 0})
                 envelope = pack_call(token, identity, check, ticket.plan_id, self._key, signal_id, aborted)
-                ref = _remote(options).remote(envelope, box, hub)
+                executor = await self._pool.pick()
+                ref = executor.execute.remote(envelope, box, hub)
                 cancel_box[:] = [ref]
-                stopper = _ForceStop.arm(ref, ticket.force_stops.get(execution.name), signal)
                 try:
                     outcome = await ref
-                except Exception as exc:
-                    if stopper is not None and stopper.failure is not None:
-                        raise stopper.failure from exc
-                    raise
-                finally:
-                    if stopper is not None:
-                        stopper.disarm()
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    # The executor died under the call (a body that killed its process, a
+                    # ray.kill, a lost node): this call gets one result; the pool heals.
+                    if isinstance(exc, ray.exceptions.ActorDiedError):
+                        self._pool.lost(executor)
+                    raise WorkerCrashedError(
+                        f'the worker running tool call "{execution.name}" ({execution.call_id}) died before it '
+                        f"finished (its executor actor is gone)") from exc
                 if outcome == NEED_PLAN:  # that worker has not cached this plan yet
                     box = ticket.plan_box
                     continue
@@ -384,18 +339,6 @@ def _executor(registry: "ToolRegistry") -> _Executor:
         if executor is None:
             executor = _EXECUTORS[key] = _Executor(registry)
         return executor
-
-
-_REMOTES: dict[str, Any] = {}
-
-
-def _remote(options: dict[str, Any]) -> Any:
-    """``run_execution`` bound to ``options`` (cached: binding costs a few µs per call)."""
-    key = repr(sorted(options.items()))
-    bound = _REMOTES.get(key)
-    if bound is None:
-        bound = _REMOTES[key] = run_execution.options(**options)
-    return bound
 
 
 class _Registrar:
@@ -452,15 +395,17 @@ class ToolRegistry(_Registrar):
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
-                mode: str = "native", code_runtime: Any = None, code_dispatch: str = "queue-actor") -> "ToolRegistry":
+                mode: str = "native", code_runtime: Any = None, code_dispatch: str = "queue-actor",
+                executors: int | None = None) -> "ToolRegistry":
         """Get or create the registry actor ``name`` and return its client.
 
         ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
         ``code_runtime``, a :class:`~dsh_actors.codemode.runtime.CodeRuntimeConfig` for the
         sandbox each worker runs programs in. ``code_dispatch`` is ``queue-actor`` (each
         run's sub-call queue lives in a pooled queue actor) or ``in-task`` (the run's own
-        task sends them: one actor hop less per sub-call). Connecting to an existing
-        registry with a different mode raises.
+        task sends them: one actor hop less per sub-call). ``executors`` is the size of the
+        pool of executor actors that run the calls (default: one per alive node, at least
+        two). Connecting to an existing registry with a different mode raises.
         """
         if mode not in MODES:
             raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
@@ -470,7 +415,8 @@ class ToolRegistry(_Registrar):
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch)
+        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch,
+                                                         executors=executors)
         actual = ray.get(handle.config.remote(), timeout=120)["mode"]
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')

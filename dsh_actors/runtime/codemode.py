@@ -182,7 +182,4 @@ def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], conf
         runtime=lambda: _worker_runtime(config),
         dispatch=_dispatcher(pool) if dispatch == "queue-actor" else _in_task_dispatcher(registry, namespace),
         record=_recorder(namespace),
-        # The body mostly waits on sub-calls (their tasks need the CPUs); the sandbox's own
-        # CPU is bounded by its compute budget. Holding a CPU here could starve them.
-        extras={"ray_options": {"num_cpus": 0}},
-    )
+    )  # no Ray options: the body is a coroutine in the executor, mostly waiting on sub-calls

@@ -30,7 +30,6 @@ import ray
 from ..core.errors import error_message
 from ..core.types import ToolExecutionResult
 from .errors import PolicyUnavailableError, translate
-from .execution import in_execution_task
 
 __all__ = ["CONTINUE", "ActorListener", "Continue", "actor_listener"]
 
@@ -66,10 +65,6 @@ class ActorListener:
     async def _ask(self, method: str, *args: Any) -> Any:
         ref = getattr(self.handle, method).remote(*args)
         try:
-            if in_execution_task():
-                # The task's loop runs this one call: a blocking get is safe and cheaper
-                # than bridging Ray's future into the loop.
-                return ray.get(ref, timeout=self.timeout_s)
             return await asyncio.wait_for(ref, self.timeout_s)
         except (asyncio.TimeoutError, ray.exceptions.GetTimeoutError):
             ray.cancel(ref)

@@ -177,7 +177,8 @@ class RegistryActor:
     """
 
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
-                 code_runtime: Any = None, code_dispatch: str = "queue-actor", queues: int = 2) -> None:
+                 code_runtime: Any = None, code_dispatch: str = "queue-actor", queues: int = 2,
+                 executors: int | None = None, executor_concurrency: int = 10_000) -> None:
         key = version_key(namespace, name)
         transport = None
         self._queues: list[Any] = []
@@ -198,6 +199,10 @@ class RegistryActor:
         self._subscribers: dict[str, _Subscriber] = {}
         self._hub: Any = None
         self._approvals: Any = None
+        self._name, self._namespace = name, namespace
+        self._executor_count, self._executor_concurrency = executors, executor_concurrency
+        self._executors: list[Any] = []
+        self.executors()  # created with the registry: the first call finds them started
         self._moved = asyncio.Event()  # set (and replaced) when the version moves
         self._acked = asyncio.Event()  # set (and replaced) when any subscriber acknowledges
 
@@ -375,6 +380,34 @@ class RegistryActor:
 
     def scopes(self) -> list[str]:
         return sorted(self._scopes)
+
+    # the executor pool
+
+    def _new_executor(self, index: int) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .executor import ExecutorActor
+
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "SPREAD"
+        return ExecutorActor.options(
+            num_cpus=0, max_concurrency=self._executor_concurrency, max_restarts=-1, max_task_retries=0,
+            scheduling_strategy=strategy,
+        ).remote(self._name, self._namespace)
+
+    def executors(self) -> list[Any]:
+        """The pool of executor actors, made on first use: ``executors`` of them (default:
+        one per alive node, at least two), spread over the nodes."""
+        if not self._executors:
+            count = self._executor_count or max(2, sum(1 for n in ray.nodes() if n.get("Alive")))
+            self._executors = [self._new_executor(i) for i in range(count)]
+        return self._executors
+
+    def replace_executor(self, actor_id: str) -> None:
+        """A client saw this executor die for good (``ray.kill``): start its successor."""
+        for index, handle in enumerate(self._executors):
+            if handle._actor_id.hex() == actor_id:
+                self._executors[index] = self._new_executor(index)
 
     def ping(self) -> str:
         return "pong"

@@ -284,9 +284,10 @@ def test_many_calls_from_many_agents_at_once_each_get_their_own_result(registry)
 
 
 def test_a_change_during_an_in_flight_call_never_mixes_two_views(registry):
-    gate = Recorder.remote()
+    gate, started = Recorder.remote(), Recorder.remote()
 
     def slow(args, ctx):
+        started.add.remote("body")
         deadline = time.monotonic() + 20
         while not ray.get(gate.all.remote()) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -297,7 +298,9 @@ def test_a_change_during_an_in_flight_call_never_mixes_two_views(registry):
 
     async def scenario():
         call = asyncio.ensure_future(registry.execute(call_id="in-flight", name="echo", arguments={}))
-        await asyncio.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while not await started.all.remote() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the call is in flight: its body is running
         await registry.on("tools/post-execute", lambda e, r, n: block("new view"))
         await registry.guard(lambda e: "guarded now")
         gate.add.remote("go")

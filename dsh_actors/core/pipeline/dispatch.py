@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..body import run_body
 from ..decisions import parse_content, parse_hook_contexts
 from ..errors import MalformedDecisionError, MalformedResultError, ToolNotFoundError, error_result
 from ..types import ToolExecution, ToolExecutionResult, ToolRunContext
-from .chain import run_chain, settle
+from .chain import run_chain
 from .plan import ExecutionPlan
 
 __all__ = ["dispatch_tool", "run_execute", "parse_result"]
@@ -69,7 +70,7 @@ async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred:
         definition = plan.tools.get(execution.name)
         if definition is None:
             raise ToolNotFoundError(execution.name)
-        value = await settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools)))
+        value = await run_body(definition.execute, execution.arguments, ToolRunContext(execution, deferred, plan.tools))
         return _normalise_return(execution.name, value)
     except (Exception, SystemExit) as exc:  # the tool body's error boundary
         return ToolExecutionResult(error_result(exc))

@@ -1,0 +1,296 @@
+"""Executor actors: every call's pipeline is an actor task on an async executor.
+
+A registry keeps a small pool of executor actors (``num_cpus=0``, spread over the nodes).
+A call is one actor task there: the whole pipeline — gates, policy-actor awaits, approval
+waits, post-execute, observers — is a coroutine on the executor's event loop, so a call
+that waits costs a coroutine, never a CPU slot or a process. The tool body runs where
+it belongs:
+
+- an ``async def`` body: a coroutine in the executor;
+- a plain (synchronous) body: the executor's bounded thread pool, never on its loop
+  (through :data:`~dsh_actors.core.body.BODY_RUNNER`);
+- a body whose definition declares Ray options or force-stop: a Ray task with exactly
+  those options (:func:`run_body_task`), started only after every gate passed.
+
+Plans arrive as object refs and are cached per executor, already *placed* (each
+definition's ``execute`` replaced by the wrapper that runs it where it belongs).
+:class:`ExecutorCore` is the plain class; :data:`ExecutorActor` is its actor shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+import msgpack
+import ray
+
+from ..core.body import BODY_RUNNER
+from ..core.errors import ToolTimeoutError
+from ..core.jsonvalue import FrozenDict, snapshot, thaw
+from ..core.pipeline import ExecutionPlan
+from ..core.pipeline.chain import settle
+from ..core.signal import AbortSignal
+from ..core.types import ToolDefinition, ToolExecution, ToolRunContext, token_from_bytes
+from .errors import ExecutionCancelledError, WorkerCrashedError, translate
+from .execution import NEED_PLAN, STALE, run_pipeline, signal_of
+from .placement import execution_options, force_stop
+from .signals import portable_reason, publish_signal
+from .version import read_version
+
+__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
+
+CANCEL_GRACE_S = 2.0
+"""How long a cancelled body task gets to stop on its own before its worker is killed."""
+_PLANS = 256
+
+
+def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
+    """Cancel a task: politely first, then (still running after ``grace_s``) by killing its
+    worker. Executions never retry, so a killed body does not run again. (An actor task
+    can only be cancelled politely: its coroutine sees ``CancelledError``.)"""
+    try:
+        ray.cancel(ref)
+    except Exception:
+        return
+
+    def force() -> None:
+        try:
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                ray.cancel(ref, force=True)
+        except Exception:
+            pass
+
+    timer = threading.Timer(grace_s, force)
+    timer.daemon = True
+    timer.start()
+
+
+class ForceStop:
+    """Kills a force-stoppable body's task when its budget (plus grace) runs out, or when
+    its caller aborted and it did not stop within the grace; remembers why."""
+
+    def __init__(self, ref: Any, timeout_ms: float, grace_ms: float) -> None:
+        self._ref = ref
+        self.failure: BaseException | None = None
+        self._grace_s = grace_ms / 1000.0
+        self._timers: list[threading.Timer] = []
+        self._remove: Callable[[], None] | None = None
+
+    @classmethod
+    def arm(cls, ref: Any, limits: tuple[float, float] | None, signal: AbortSignal | None) -> "ForceStop | None":
+        if limits is None:
+            return None
+        stopper = cls(ref, *limits)
+        stopper._after(limits[0] / 1000.0 + stopper._grace_s, ToolTimeoutError(limits[0]))
+        if signal is not None:
+            stopper._remove = signal.add_listener(lambda reason: stopper._after(
+                stopper._grace_s, ExecutionCancelledError(
+                    f"the call did not stop within the grace after its caller aborted ({reason})")))
+        return stopper
+
+    def _after(self, delay_s: float, failure: BaseException) -> None:
+        def fire() -> None:
+            ready, _ = ray.wait([self._ref], timeout=0)
+            if not ready and self.failure is None:
+                self.failure = failure
+                try:
+                    ray.cancel(self._ref, force=True)
+                except Exception:
+                    pass
+
+        timer = threading.Timer(delay_s, fire)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def disarm(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        if self._remove is not None:
+            self._remove()
+
+
+# --- a body as its own Ray task ------------------------------------------------------------
+
+_body_plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
+_body_loop: asyncio.AbstractEventLoop | None = None
+
+
+@ray.remote(max_retries=0)
+def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, list[Any]]:
+    """Run one tool body (its definition from the call's plan) in this task; returns the
+    body's value and the contexts it deferred. Only bodies with Ray options come here."""
+    global _body_loop
+    call = msgpack.unpackb(envelope)
+    plan = _body_plans.get(call["plan"])
+    if plan is None:
+        plan = _body_plans[call["plan"]] = ray.get(plan_box[0])
+        if len(_body_plans) > _PLANS:
+            _body_plans.popitem(last=False)
+    if _body_loop is None or _body_loop.is_closed():
+        _body_loop = asyncio.new_event_loop()
+    signal, stop = signal_of(call, hub)
+    execution = ToolExecution(call_id=call["call_id"], name=call["name"], arguments=snapshot(call["arguments"]),
+                              agent=call["agent"], signal=signal, token=token_from_bytes(call["token"]),
+                              parent=None if call["parent"] is None else token_from_bytes(call["parent"]))
+    deferred: list[Any] = []
+    definition = plan.tools[call["name"]]
+    try:
+        value = _body_loop.run_until_complete(
+            settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools))))
+    except BaseException:
+        _body_loop.close()  # never reuse a loop a cancellation interrupted
+        raise
+    finally:
+        if stop is not None:
+            stop()
+    return value, deferred
+
+
+# --- placing a plan's bodies -----------------------------------------------------------------
+
+class _Placement:
+    """Turns a plan's definitions into ones whose bodies run where they belong."""
+
+    def __init__(self, plan_id: str, plan_box: list[Any], hub: Callable[[], Any]) -> None:
+        self.plan_id, self.plan_box, self.hub = plan_id, plan_box, hub
+
+    def plan(self, plan: ExecutionPlan) -> ExecutionPlan:
+        tools = {name: self.definition(d) for name, d in plan.tools.items()}
+        reserved = {name: tools.get(name, d) for name, d in plan.reserved.items()}
+        return dataclasses.replace(plan, tools=FrozenDict(tools), reserved=FrozenDict(reserved))
+
+    def definition(self, definition: ToolDefinition) -> ToolDefinition:
+        options = execution_options(definition)
+        limits = force_stop(definition)
+        if len(options) == 1 and limits is None:  # only max_retries: the body stays in the executor
+            return definition
+        return dataclasses.replace(definition, execute=self._remote(definition.name, options, limits))
+
+    def _remote(self, name: str, options: dict[str, Any], limits: tuple[float, float] | None) -> Any:
+        bound = run_body_task.options(**options)
+
+        async def execute(args: Any, ctx: ToolRunContext) -> Any:
+            signal = ctx.signal
+            signal_id = aborted = None
+            unpublish: Callable[[], None] | None = None
+            hub = None
+            if signal is not None:
+                hub = await self.hub()
+                if signal.aborted:
+                    aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
+                else:
+                    signal_id, unpublish = publish_signal(signal, hub)
+            parent = ctx.parent
+            envelope = msgpack.packb({
+                "plan": self.plan_id, "call_id": ctx.call_id, "name": name, "arguments": thaw(args),
+                "agent": ctx.agent, "token": ctx.token.__reduce__()[1][0],
+                "parent": None if parent is None else parent.__reduce__()[1][0],
+                "signal": signal_id, "aborted": aborted,
+            })
+            ref = bound.remote(envelope, self.plan_box, hub)
+            stopper = ForceStop.arm(ref, limits, signal)
+            try:
+                value, deferred = await ref
+            except asyncio.CancelledError:
+                cancel_task(ref)
+                raise
+            except Exception as exc:
+                if stopper is not None and stopper.failure is not None:
+                    raise stopper.failure from exc
+                raise translate(exc, actor=WorkerCrashedError, what=f'tool "{name}" ({ctx.call_id})') from exc
+            finally:
+                if stopper is not None:
+                    stopper.disarm()
+                if unpublish is not None:
+                    unpublish()
+            for context in deferred:
+                ctx.defer_context(context)
+            return value
+
+        execute.__name__ = name
+        return execute
+
+
+# --- the executor ----------------------------------------------------------------------------
+
+class ExecutorCore:
+    """Runs calls' pipelines as coroutines on one event loop (see the module docs).
+
+    ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
+    up once, for bodies that run as tasks); ``threads`` bounds the pool that runs plain
+    bodies.
+    """
+
+    def __init__(self, registry: str, namespace: str, threads: int = 32) -> None:
+        self.registry, self.namespace = registry, namespace
+        self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
+        self._hub: Any = None
+        self.in_flight = 0
+        self.completed = 0
+
+    def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
+        return asyncio.get_running_loop().run_in_executor(self._threads, fn)
+
+    async def _signal_hub(self) -> Any:
+        if self._hub is None:
+            registry = ray.get_actor(self.registry, namespace=self.namespace)
+            self._hub = await registry.signal_hub.remote()
+        return self._hub
+
+    async def _plan(self, plan_id: str, plan_box: list[Any] | None) -> ExecutionPlan | str:
+        plan = self._plans.get(plan_id)
+        if plan is not None:
+            self._plans.move_to_end(plan_id)
+            return plan
+        if plan_box is None:
+            return NEED_PLAN
+        try:
+            raw = await plan_box[0]
+        except ray.exceptions.ObjectLostError:
+            return STALE  # its scope actor went away; the client refetches (and reports it)
+        plan = _Placement(plan_id, plan_box, self._signal_hub).plan(raw)
+        self._plans[plan_id] = plan
+        if len(self._plans) > _PLANS:
+            self._plans.popitem(last=False)
+        return plan
+
+    async def execute(self, envelope: bytes, plan_box: list[Any] | None, hub: Any = None) -> dict[str, Any] | str:
+        """One call through the pipeline: its result as plain data, or :data:`STALE` /
+        :data:`NEED_PLAN` when nothing ran (the client resubmits)."""
+        BODY_RUNNER.set(self._run_in_thread)
+        call = msgpack.unpackb(envelope)
+        if call["version"] is not None:
+            current = await asyncio.get_running_loop().run_in_executor(self._threads, read_version, call["key"])
+            if current != call["version"]:
+                return STALE
+        plan = await self._plan(call["plan"], plan_box)
+        if isinstance(plan, str):
+            return plan
+        self.in_flight += 1
+        try:
+            return thaw(await run_pipeline(call, plan, hub))
+        finally:
+            self.in_flight -= 1
+            self.completed += 1
+
+    def stats(self) -> dict[str, int]:
+        return {"in_flight": self.in_flight, "completed": self.completed, "plans": len(self._plans)}
+
+
+class _ExecutorShell(ExecutorCore):
+    """The actor: the core, plus a ping for the pool's health checks."""
+
+    def ping(self) -> str:
+        return "ok"
+
+
+ExecutorActor = ray.remote(_ExecutorShell)
+"""The executor actor class; the registry applies its options with ``.options()``."""

@@ -1,0 +1,133 @@
+"""Executor actors: a call that waits holds no CPU, plain bodies never stall the loop, and a
+dead executor costs one coded result and is replaced."""
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+import ray
+
+from dsh_actors import ask, define_tool, text_block
+from dsh_actors.runtime import ToolRegistry
+
+from .fixtures import Recorder, echo
+
+T = 120
+
+
+def executor_pids(registry):
+    handles = ray.get(registry._handle().executors.remote(), timeout=T)
+    return [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in handles]
+
+
+def test_pending_asks_beyond_the_cluster_cpus_never_stall_another_agents_call(registry):
+    """More unanswered asks than the cluster has CPUs: each is a coroutine, so a plain call
+    from a third agent still completes (with a task per call it never did)."""
+    cpus = int(ray.cluster_resources()["CPU"])
+    registry.register(echo()).result(T)
+    registry.register(echo("risky")).result(T)
+    registry.on("tools/pre-execute", lambda e, n: ask("check") if e.name == "risky" else n()).result(T)
+    queue = registry.approvals(policy="ask").result(T)
+    asks = [registry.scope(f"asker-{i}").execute(call_id=f"a{i}", name="risky", arguments={}) for i in range(cpus + 3)]
+
+    async def scenario():
+        waiting = [asyncio.ensure_future(r) for r in asks]
+        deadline = time.monotonic() + 60
+        while len(await queue.pending()) < len(asks) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        pending = len(await queue.pending())
+        plain = await asyncio.wait_for(registry.scope("third").execute(call_id="p", name="echo",
+                                                                        arguments={"text": "through"}), T)
+        for request in await queue.pending():
+            await queue.reject(request["id"])
+        return pending, plain, await asyncio.gather(*waiting)
+
+    pending, plain, rejected = asyncio.run(scenario())
+    assert pending == cpus + 3
+    assert plain.text == "through" and not plain.is_error
+    assert all(r.is_error for r in rejected) and len(rejected) == cpus + 3
+
+
+def test_a_plain_body_runs_off_the_loop_so_other_calls_on_the_same_executor_go_on(ray_cluster):
+    registry = ToolRegistry.connect(f"one-executor-{time.monotonic_ns()}", executors=1)
+    try:
+        registry.register(define_tool(name="blocking", description="sleeps 3 s in plain code", parameters={},
+                                      execute=lambda a, c: (time.sleep(3), [text_block("slept")])[1])).result(T)
+
+        async def quick(args, ctx):
+            await asyncio.sleep(0.01)
+            return [text_block("quick")]
+
+        registry.register(define_tool(name="quick", description="async", parameters={}, execute=quick)).result(T)
+        registry.execute(call_id="warm", name="quick", arguments={}).result(T)
+
+        async def scenario():
+            order = []
+
+            async def run(name):
+                result = await registry.execute(call_id=name, name=name, arguments={})
+                order.append(result.text)
+
+            slow = asyncio.ensure_future(run("blocking"))
+            await asyncio.sleep(0.5)  # the plain body is sleeping in the executor's thread pool
+            await run("quick")
+            await slow
+            return order
+
+        assert asyncio.run(scenario()) == ["quick", "slept"]
+        assert len(executor_pids(registry)) == 1  # both ran on the one executor
+    finally:
+        registry.shutdown()
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_an_executor_killed_mid_call_gives_one_coded_result_and_the_pool_heals(registry, kill):
+    started = Recorder.remote()
+
+    async def hangs(args, ctx):
+        started.add.remote(os.getpid())
+        await asyncio.sleep(600)
+        return [text_block("never")]
+
+    registry.register(define_tool(name="hangs", description="waits", parameters={}, execute=hangs)).result(T)
+    registry.register(echo()).result(T)
+    observed = Recorder.remote()
+    registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
+
+    async def scenario():
+        call = asyncio.ensure_future(registry.execute(call_id="victim", name="hangs", arguments={}))
+        deadline = time.monotonic() + 60
+        while not await started.all.remote() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        pid = (await started.all.remote())[0]
+        handles = await registry._handle().executors.remote()
+        pids = [await h.__ray_call__.remote(lambda self: os.getpid()) for h in handles]
+        victim = handles[pids.index(pid)]
+        if kill == "ray.kill":
+            ray.kill(victim)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        return await asyncio.wait_for(call, T)
+
+    result = asyncio.run(scenario())
+    assert result.is_error and result.error == {"name": "WorkerCrashedError", "code": "WORKER_CRASHED"}
+    assert "died before it finished" in result.text
+    after = [registry.execute(call_id=f"after-{i}", name="echo", arguments={"text": "ok"}).result(T) for i in range(4)]
+    assert [r.text for r in after] == ["ok"] * 4  # every executor of the pool serves again
+    deadline = time.monotonic() + 20
+    while "victim" not in ray.get(observed.all.remote(), timeout=T) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.get(observed.all.remote(), timeout=T).count("victim") == 1  # observers heard it once
+
+
+def test_executors_hold_no_cpu_and_spread_over_the_nodes(registry, ray_cluster):
+    handles = ray.get(registry._handle().executors.remote(), timeout=T)
+    nodes = {ray.get(h.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=T)
+             for h in handles}
+    assert len(handles) >= 2 and len(nodes) == 2  # the test cluster has two nodes
+    deadline = time.monotonic() + 20  # the resource view lags actor starts a little
+    while ray.available_resources().get("CPU") != ray.cluster_resources()["CPU"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]  # the pool reserves no CPU
