@@ -389,7 +389,7 @@ class RegistryActor:
         from .executor import ExecutorActor
 
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "SPREAD"
+        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
         return ExecutorActor.options(
             num_cpus=0, max_concurrency=self._executor_concurrency, max_restarts=-1, max_task_retries=0,
             scheduling_strategy=strategy,
