@@ -83,13 +83,16 @@ async def approval_table(total: int, pending: int) -> str:
     await registry.on("tools/pre-execute", lambda e, n: ask("check it") if e.name == "risky" else n())
     await registry.approvals(policy="ask")
     plain = [registry.scope(f"plain-{i}") for i in range(10)]
+    askers = [registry.scope(f"asker-{i}") for i in range(10)]
+    for scope in askers:  # every scope actor is up before anything is measured
+        await scope.execute(call_id="warm", name="echo", arguments={})
 
     async def plain_calls():
         return await drive(lambda i: plain[i % 10].execute(call_id=f"p{i}", name="echo", arguments={}), total, 50)
 
     await drive(lambda i: plain[i % 10].execute(call_id=f"warm{i}", name="echo", arguments={}), 100, 50)
     _, quiet = await plain_calls()
-    asks = [registry.scope(f"asker-{i}").execute(call_id=f"a{i}", name="risky", arguments={}) for i in range(pending)]
+    asks = [askers[i % 10].execute(call_id=f"a{i}", name="risky", arguments={}) for i in range(pending)]
     waiting = [asyncio.ensure_future(response) for response in asks]
     deadline = time.monotonic() + 60
     while len(await (await registry.approvals()).pending()) < pending and time.monotonic() < deadline:
@@ -103,8 +106,9 @@ async def approval_table(total: int, pending: int) -> str:
     registry.shutdown()
     return table(["asks pending", "plain calls/s", "ratio"], [
         ["0", f"{quiet:.0f}", "1.00×"], [str(asked), f"{busy:.0f}", f"{busy / quiet:.2f}×"]]) + (
-        f"\n\n{total} plain calls from 10 other agents at 50 in flight; goal ≥ 0.8×. Each pending ask is a "
-        "coroutine waiting in an executor, holding no CPU slot.")
+        f"\n\n{total} plain calls from 10 agents at 50 in flight, while 10 other agents have {pending} asks "
+        "pending between them; goal ≥ 0.8×. Each pending ask is a coroutine waiting in an executor, holding "
+        "no CPU slot.")
 
 
 async def main() -> tuple[str, str]:

@@ -34,6 +34,7 @@ __all__ = [
     "JSONValue",
     "NotLosslessJSONError",
     "check_lossless",
+    "refreeze",
     "compact",
     "detach",
     "is_lossless",
@@ -210,6 +211,16 @@ def snapshot(value: Any, *, path: str = "$") -> Any:
     :class:`FrozenDict` / :class:`FrozenList`.
     """
     return _walk(value, path, set(), True)
+
+
+def refreeze(value: Any) -> Any:
+    """Deep-freeze plain data that already passed the lossless check (it crossed a
+    process boundary as msgpack): no second walk of the rules."""
+    if isinstance(value, dict):
+        return FrozenDict({key: refreeze(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList([refreeze(item) for item in value])
+    return value
 
 
 def detach(value: Any, *, path: str = "$") -> Any:

@@ -20,10 +20,11 @@ import uuid
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+import msgpack
 import ray
 
 from ..core.errors import error_result
-from ..core.jsonvalue import snapshot
+from ..core.jsonvalue import refreeze
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.errors import DefinitionError
@@ -37,7 +38,7 @@ from .errors import (
     translate,
 )
 from .signals import portable_reason, publish_signal
-from .execution import NEED_PLAN, STALE, pack_call
+from .execution import NEED_PLAN, pack_call
 from .executor import cancel_task
 from .local import ensure_ray
 from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
@@ -291,7 +292,8 @@ class _Executor:
                     check = ticket.version
                 envelope = pack_call(token, identity, check, ticket.plan_id, self._key, signal_id, aborted)
                 executor = await self._pool.pick()
-                ref = executor.execute.remote(envelope, box, hub)
+                ref = executor.execute.remote(envelope) if box is None and hub is None \
+                    else executor.execute.remote(envelope, box, hub)
                 cancel_box[:] = [ref]
                 try:
                     outcome = await ref
@@ -303,11 +305,11 @@ class _Executor:
                     raise WorkerCrashedError(
                         f'the worker running tool call "{execution.name}" ({execution.call_id}) died before it '
                         f"finished (its executor actor is gone)") from exc
-                if outcome == NEED_PLAN:  # that worker has not cached this plan yet
+                if outcome == NEED_PLAN:  # that executor has not cached this plan yet
                     box = ticket.plan_box
                     continue
-                if outcome != STALE:
-                    return ToolExecutionResult(snapshot(outcome))
+                if isinstance(outcome, bytes):  # the result, already final in the executor
+                    return ToolExecutionResult(refreeze(msgpack.unpackb(outcome)))
                 attempt, ticket, box = attempt + 1, None, None
         except asyncio.CancelledError:
             if cancel_box:

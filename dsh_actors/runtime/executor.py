@@ -262,9 +262,13 @@ class ExecutorCore:
             self._plans.popitem(last=False)
         return plan
 
-    async def execute(self, envelope: bytes, plan_box: list[Any] | None, hub: Any = None) -> dict[str, Any] | str:
-        """One call through the pipeline: its result as plain data, or :data:`STALE` /
-        :data:`NEED_PLAN` when nothing ran (the client resubmits)."""
+    async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes | str:
+        """One call through the pipeline: its (lossless, final) result as msgpack bytes,
+        or :data:`STALE` / :data:`NEED_PLAN` when nothing ran (the client resubmits).
+
+        A call carries ``plan_box`` only after this executor answered ``NEED_PLAN``, and
+        ``hub`` only when its caller passed a signal: one bytes argument is the cheapest
+        thing Ray ships, and the result's bytes are the cheapest thing it returns."""
         BODY_RUNNER.set(self._run_in_thread)
         call = msgpack.unpackb(envelope)
         if call["version"] is not None:
@@ -276,7 +280,7 @@ class ExecutorCore:
             return plan
         self.in_flight += 1
         try:
-            return thaw(await run_pipeline(call, plan, hub))
+            return msgpack.packb(thaw(await run_pipeline(call, plan, hub)))
         finally:
             self.in_flight -= 1
             self.completed += 1
