@@ -171,7 +171,7 @@ DISPATCH_MODES = ("queue-actor", "in-task")
 
 def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None,
                  dispatch: str = "queue-actor") -> ToolDefinition:
-    """The ``run_code`` transport of a Ray registry (its body runs in an execution task).
+    """The ``run_code`` transport of a Ray registry (its body is a coroutine in an executor).
 
     ``dispatch``: ``queue-actor`` (each run's queue lives in a pooled queue actor) or
     ``in-task`` (the run's own task sends its sub-calls) — the same order and abort

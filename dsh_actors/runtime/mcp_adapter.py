@@ -4,7 +4,7 @@
 HTTP) or ``{"command": ..., "args": [...], "env": {...}}`` (stdio) — starts one actor
 that owns the connection, discovers the server's tools and registers each as a raw
 JSON-Schema tool named ``<name>.<tool>`` through one plugin handle. Calls go through the
-whole pipeline; their bodies (in execution tasks, wherever they run) ask the connection
+whole pipeline; their bodies (in executors, wherever they run) ask the connection
 actor. A server error (``is_error``) becomes an ``MCP_ERROR`` result, a call past its
 timeout a ``TOOL_TIMEOUT`` result. ``close()`` disposes the tools and ends the
 connection (a stdio server process exits with it).

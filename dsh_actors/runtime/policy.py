@@ -1,6 +1,6 @@
 """Listeners that live in policy actors: state shared by every execution in the fleet.
 
-A listener may be a plain callable (shipped into each execution task) or a method of a
+A listener may be a plain callable (shipped in the plan to the executors) or a method of a
 policy actor, wrapped by :func:`actor_listener`. Both follow the same ordering,
 ``call_next`` and containment rules. Because ``call_next`` cannot cross a process, an
 actor method answers the waterfall with a value:

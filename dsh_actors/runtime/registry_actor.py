@@ -348,7 +348,7 @@ class RegistryActor:
             await self._settled()
 
     def signal_hub(self) -> Any:
-        """The hub carrying callers' aborts to execution tasks (owned by this actor)."""
+        """The hub carrying callers' aborts to executors and body tasks (owned by this actor)."""
         from .signals import SignalHub
 
         if self._hub is None:

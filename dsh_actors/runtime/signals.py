@@ -3,7 +3,7 @@
 A caller passes an ordinary :class:`~dsh_actors.core.signal.AbortSignal`. When the call
 leaves the process, the client gives the signal an id; if it aborts, the client tells the
 registry's *signal hub* (a small async actor owned by the registry actor, whose ``abort``
-runs in its own concurrency group, so a hub busy with waiters never delays an abort). The execution task builds a local signal for
+runs in its own concurrency group, so a hub busy with waiters never delays an abort). The executor (and a body task, for a body with Ray options) builds a local signal for
 the same id and keeps one ``wait`` call open on the hub while the pipeline runs; when it
 returns, the local signal aborts with the caller's reason — first reason wins, as
 everywhere. The tool body sees ``ctx.signal.aborted`` / ``reason`` / ``await ctx.signal``
@@ -152,7 +152,7 @@ class RemoteSignal(AbortSignal):
 
 
 def link_remote_signal(hub: Any, signal_id: str) -> tuple[AbortSignal, Callable[[], None]]:
-    """Inside the execution task: a local signal that aborts when ``signal_id`` does,
+    """Inside an executor or a body task: a local signal that aborts when ``signal_id`` does,
     and the function that releases it when the call is over."""
     signal = RemoteSignal(hub, signal_id)
     return signal, signal.stop

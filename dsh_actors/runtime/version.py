@@ -2,7 +2,7 @@
 
 The registry actor is its only writer: every change (global, or reported by a scope
 actor) bumps it *after* the change is applied and before the change's call returns.
-An execution task reads it once (≈0.3 ms) and runs only a plan of that version, so no
+An executor reads it once (≈0.3 ms) and runs only a plan of that version, so no
 call ever runs against a view older than the last change that returned.
 """
 
