@@ -8,6 +8,7 @@
     ├── ToolNotFoundError             UNKNOWN_TOOL         (tool_name)
     ├── CodeRunFailedError            CODE_RUN_FAILED
     ├── ToolTimeoutError              TOOL_TIMEOUT         (timeout_ms)
+    ├── ExecutionCancelledError       CANCELLED            the call (or its body) was cancelled
     ├── MalformedDecisionError        MALFORMED_DECISION   (stage)
     ├── MalformedResultError          MALFORMED_RESULT
     ├── UnreachableVariantError       UNREACHABLE
@@ -35,6 +36,7 @@ __all__ = [
     "CodeRunFailedError",
     "DefinitionError",
     "DuplicateToolError",
+    "ExecutionCancelledError",
     "HarnessError",
     "MalformedDecisionError",
     "MalformedResultError",
@@ -118,6 +120,13 @@ class ToolNotFoundError(HarnessError):
     def __init__(self, tool_name: str) -> None:
         self.tool_name = tool_name
         super().__init__(f'unknown tool "{tool_name}"')
+
+
+class ExecutionCancelledError(HarnessError):
+    """The call was cancelled before it produced a result (its caller cancelled it, its
+    task was cancelled, or its body raised ``CancelledError`` of its own)."""
+
+    code = "CANCELLED"
 
 
 class CodeRunFailedError(HarnessError):

@@ -138,6 +138,7 @@ _LISTS = (list, FrozenList)
 # Exact types the walk treats as JSON objects: plain dicts and our read-only mappings.
 _DICT_TYPES: set[type] = {dict, FrozenDict}
 _LIST_TYPES: set[type] = {list, FrozenList}
+_CONTAINERS: set[type] = _DICT_TYPES | _LIST_TYPES
 
 
 def register_frozen_mapping(cls: type) -> type:
@@ -167,8 +168,15 @@ def _describe(value: object) -> str:
     )
 
 
+MAX_DEPTH = 200
+"""Containers nested deeper than this are refused: the interpreter's recursion limit (and
+msgpack's) would fail on them later, so they fail here, with a path."""
+
+
 def _walk(value: Any, path: str, ancestors: set[int], freeze: bool) -> Any:
     kind = type(value)
+    if len(ancestors) >= MAX_DEPTH and kind in _CONTAINERS:
+        raise NotLosslessJSONError(path, f"nested deeper than {MAX_DEPTH} levels")
     if kind in _SCALARS:
         return value
     if kind is int:

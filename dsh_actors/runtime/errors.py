@@ -23,7 +23,7 @@ from typing import Any
 
 import ray.exceptions as rx
 
-from ..core.errors import HarnessError, error_message
+from ..core.errors import ExecutionCancelledError, HarnessError, error_message
 
 __all__ = [
     "ExecutionCancelledError",
@@ -49,12 +49,6 @@ class WorkerCrashedError(HarnessError):
     """The worker process running the call died (a crash, ``os._exit``, OOM, node loss)."""
 
     code = "WORKER_CRASHED"
-
-
-class ExecutionCancelledError(HarnessError):
-    """The call's task was cancelled before it produced a result."""
-
-    code = "CANCELLED"
 
 
 class ObjectLostError(HarnessError):

@@ -36,9 +36,9 @@ from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolExecution, ToolRunContext, token_from_bytes
-from .errors import ExecutionCancelledError, WorkerCrashedError, translate
+from .errors import ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from .execution import NEED_PLAN, STALE, run_pipeline, signal_of
-from .placement import execution_options, force_stop
+from .placement import demand, execution_options, feasible, force_stop
 from .signals import portable_reason, publish_signal
 from .version import read_version
 
@@ -155,6 +155,32 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
 
 # --- placing a plan's bodies -----------------------------------------------------------------
 
+PLACEMENT_TIMEOUT_S = 30.0
+"""How long a body waits for a node that *could* run it to exist (an autoscaler may be
+adding one) before its call fails with ``PLACEMENT_FAILED``; a node that exists but is
+busy is ordinary queueing and has no limit here."""
+_nodes_cache: list[Any] = [0.0, []]
+
+
+async def _cluster_nodes() -> list[dict[str, float]]:
+    """Every alive node's total resources (read at most once a second per process)."""
+    loop = asyncio.get_running_loop()
+    if loop.time() - _nodes_cache[0] > 1.0:
+        nodes = await loop.run_in_executor(None, ray.nodes)
+        _nodes_cache[:] = [loop.time(), [n.get("Resources", {}) for n in nodes if n.get("Alive")]]
+    return _nodes_cache[1]
+
+
+async def _placeable(name: str, needed: dict[str, float], patience_s: float) -> None:
+    """Return once some node could run the body; raise ``PlacementError`` after
+    ``patience_s`` if none can (the body never starts, so nothing runs twice)."""
+    deadline = asyncio.get_running_loop().time() + patience_s
+    while not feasible(needed, await _cluster_nodes()):
+        if asyncio.get_running_loop().time() >= deadline:
+            raise PlacementError(f'tool "{name}" needs {needed}, and no node in the cluster has that much '
+                                 f"(waited {patience_s:.0f}s for one to join)")
+        await asyncio.sleep(1.0)
+
 class _Placement:
     """Turns a plan's definitions into ones whose bodies run where they belong."""
 
@@ -171,12 +197,16 @@ class _Placement:
         limits = force_stop(definition)
         if len(options) == 1 and limits is None:  # only max_retries: the body stays in the executor
             return definition
-        return dataclasses.replace(definition, execute=self._remote(definition.name, options, limits))
+        patience = definition.extras.get("placement_timeout_s", PLACEMENT_TIMEOUT_S)
+        return dataclasses.replace(definition, execute=self._remote(definition.name, options, limits, float(patience)))
 
-    def _remote(self, name: str, options: dict[str, Any], limits: tuple[float, float] | None) -> Any:
+    def _remote(self, name: str, options: dict[str, Any], limits: tuple[float, float] | None,
+                patience_s: float) -> Any:
         bound = run_body_task.options(**options)
+        needed = demand(options)
 
         async def execute(args: Any, ctx: ToolRunContext) -> Any:
+            await _placeable(name, needed, patience_s)
             signal = ctx.signal
             signal_id = aborted = None
             unpublish: Callable[[], None] | None = None

@@ -14,6 +14,10 @@ when its budget (plus ``extras["force_stop_grace_ms"]``, default 200 ms, for a
 cooperative stop) runs out, or its caller aborts and it has not stopped within the grace,
 its task is cancelled for real and the caller gets one ``TOOL_TIMEOUT`` (or ``CANCELLED``)
 result.
+
+A body that needs resources no node has (a GPU on a CPU-only cluster) waits up to
+``extras["placement_timeout_s"]`` (default 30 s) for such a node to join, then its call
+fails with ``PLACEMENT_FAILED``; the body never starts.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Mapping
 from ..core.errors import DefinitionError
 from ..core.types import ToolDefinition
 
-__all__ = ["ALLOWED_OPTIONS", "execution_options", "force_stop"]
+__all__ = ["ALLOWED_OPTIONS", "demand", "execution_options", "feasible", "force_stop"]
 
 DEFAULT_FORCE_STOP_GRACE_MS = 200.0
 
@@ -71,3 +75,23 @@ def force_stop(definition: ToolDefinition) -> tuple[float, float] | None:
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
         raise DefinitionError(f'tool "{definition.name}" force_stop_grace_ms must be a non-negative number')
     return float(definition.timeout_ms), float(grace)
+
+
+def demand(options: Mapping[str, Any]) -> dict[str, float]:
+    """The resources a body task with ``options`` needs on one node (a task takes one CPU
+    unless told otherwise)."""
+    needed: dict[str, float] = {"CPU": float(options.get("num_cpus", 1) or 0)}
+    if options.get("num_gpus"):
+        needed["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):
+        needed["memory"] = float(options["memory"])
+    for name, amount in (options.get("resources") or {}).items():
+        needed[str(name)] = float(amount)
+    if options.get("accelerator_type"):
+        needed[f"accelerator_type:{options['accelerator_type']}"] = 0.001
+    return {name: amount for name, amount in needed.items() if amount > 0}
+
+
+def feasible(needed: Mapping[str, float], nodes: list[Mapping[str, float]]) -> bool:
+    """Whether some node's total resources cover ``needed`` (busy or not)."""
+    return any(all(node.get(name, 0.0) >= amount for name, amount in needed.items()) for node in nodes)

@@ -131,3 +131,36 @@ def test_executors_hold_no_cpu_and_spread_over_the_nodes(registry, ray_cluster):
     while ray.available_resources().get("CPU") != ray.cluster_resources()["CPU"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]  # the pool reserves no CPU
+
+
+def test_a_tool_needing_resources_no_node_has_fails_with_a_coded_result_in_bounded_time(registry):
+    registry.register(echo("huge", extras={"ray_options": {"resources": {"dsh_absent": 1}},
+                                           "placement_timeout_s": 2})).result(T)
+    started = time.monotonic()
+    result = registry.execute(call_id="h", name="huge", arguments={}).result(T)
+    assert result.error == {"name": "PlacementError", "code": "PLACEMENT_FAILED"}
+    assert "no node in the cluster has that much" in result.text and time.monotonic() - started < 60
+
+
+def test_a_body_that_raises_its_own_cancelled_error_gives_a_cancelled_result(registry):
+    async def cancels(args, ctx):
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        await inner  # raises CancelledError into the body
+
+    registry.register(define_tool(name="cancels", description="x", parameters={}, execute=cancels)).result(T)
+    result = registry.execute(call_id="c", name="cancels", arguments={}).result(T)
+    assert result.error == {"name": "ExecutionCancelledError", "code": "CANCELLED"}
+    assert registry.execute(call_id="e", name="cancels", arguments={}).result(T).error["code"] == "CANCELLED"
+
+
+def test_arguments_nested_past_the_limit_are_invalid_input_not_a_recursion_error(registry):
+    registry.register(echo()).result(T)
+    deep: dict = {}
+    cursor = deep
+    for _ in range(5000):
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    result = registry.execute(call_id="d", name="echo", arguments=deep).result(T)
+    assert result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}

@@ -10,11 +10,18 @@ a result, never an exception. Contexts the body deferred lead the result's
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Mapping
 
 from ..body import run_body
 from ..decisions import parse_content, parse_hook_contexts
-from ..errors import MalformedDecisionError, MalformedResultError, ToolNotFoundError, error_result
+from ..errors import (
+    ExecutionCancelledError,
+    MalformedDecisionError,
+    MalformedResultError,
+    ToolNotFoundError,
+    error_result,
+)
 from ..types import ToolExecution, ToolExecutionResult, ToolRunContext
 from .chain import run_chain
 from .plan import ExecutionPlan
@@ -74,6 +81,14 @@ async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred:
         return _normalise_return(execution.name, value)
     except (Exception, SystemExit) as exc:  # the tool body's error boundary
         return ToolExecutionResult(error_result(exc))
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the call itself is being cancelled: that keeps propagating
+        # The body raised CancelledError of its own (a cancelled inner task it awaited):
+        # that is the body's outcome, not the call's cancellation.
+        return ToolExecutionResult(error_result(ExecutionCancelledError(
+            f'tool "{execution.name}" ({execution.call_id}) was cancelled inside its body')))
 
 
 async def run_execute(execution: ToolExecution, plan: ExecutionPlan) -> ToolExecutionResult:
