@@ -158,8 +158,8 @@ async def main(total: int, scopes: int) -> None:
     policies = await policy_table(total // 2)
     scope_text = await scope_table(scopes)
     cpus = int(ray.cluster_resources().get("CPU", 0))
-    note = (f"\n\nLocal Ray instance, {cpus} CPUs, {os.cpu_count()} cores. Each execution and each bare task "
-            "uses Ray's default of 1 CPU, so at most that many run at once on both sides. "
+    note = (f"\n\nLocal Ray instance, {cpus} CPUs, {os.cpu_count()} cores. Each bare task uses Ray's default "
+            "of 1 CPU; dsh-actors executions are actor tasks on the registry's executors (no CPU reserved). "
             f"{total} calls per row.")
     write_section("runtime_latency", "Ray runtime: native call latency and throughput", latency + note)
     write_section("runtime_policies", "Ray runtime: cost of policy actors in the chain", policies)
