@@ -397,15 +397,16 @@ class ToolRegistry(_Registrar):
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
-                mode: str = "native", code_runtime: Any = None, code_dispatch: str = "queue-actor",
+                mode: str = "native", code_runtime: Any = None, code_dispatch: str = "in-task",
                 executors: int | None = None) -> "ToolRegistry":
         """Get or create the registry actor ``name`` and return its client.
 
         ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
         ``code_runtime``, a :class:`~dsh_actors.codemode.runtime.CodeRuntimeConfig` for the
-        sandbox each worker runs programs in. ``code_dispatch`` is ``queue-actor`` (each
-        run's sub-call queue lives in a pooled queue actor) or ``in-task`` (the run's own
-        task sends them: one actor hop less per sub-call). ``executors`` is the size of the
+        sandbox each worker runs programs in. ``code_dispatch`` is ``in-task`` (default: the
+        run's own executor sends its sub-calls, in order, through the bridge's queue) or
+        ``queue-actor`` (each run's queue lives in a pooled queue actor: one actor hop more
+        per sub-call). ``executors`` is the size of the
         pool of executor actors that run the calls (default: one per alive node, at least
         two). Connecting to an existing registry with a different mode raises.
         """

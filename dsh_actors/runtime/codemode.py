@@ -1,6 +1,11 @@
-"""Code Mode on Ray: per-run queues in pooled queue actors, and the worker-side bridge.
+"""Code Mode on Ray: the run's sub-calls, sent from its executor or through a queue actor.
 
-The registry actor keeps a small pool of :class:`CodeRunQueue` actors (created with the
+By default (``code_dispatch="in-task"``) the executor running ``run_code`` sends each
+sub-call itself: the bridge's FIFO already runs them one at a time in submission order,
+and the run's signal reaches every sub-call through the signal hub. Measured at 1.24×
+100 native calls against 1.68× through a queue actor (one more actor hop per sub-call).
+
+With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of :class:`CodeRunQueue` actors (created with the
 registry, so no run pays an actor start-up). Each ``run_code`` execution picks one and
 gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
 order, each through the full pipeline as the calling agent (a Ray task per sub-call,
@@ -170,7 +175,7 @@ DISPATCH_MODES = ("queue-actor", "in-task")
 
 
 def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None,
-                 dispatch: str = "queue-actor") -> ToolDefinition:
+                 dispatch: str = "in-task") -> ToolDefinition:
     """The ``run_code`` transport of a Ray registry (its body is a coroutine in an executor).
 
     ``dispatch``: ``queue-actor`` (each run's queue lives in a pooled queue actor) or

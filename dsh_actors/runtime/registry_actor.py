@@ -177,7 +177,7 @@ class RegistryActor:
     """
 
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
-                 code_runtime: Any = None, code_dispatch: str = "queue-actor", queues: int = 2,
+                 code_runtime: Any = None, code_dispatch: str = "in-task", queues: int = 2,
                  executors: int | None = None, executor_concurrency: int = 10_000) -> None:
         key = version_key(namespace, name)
         transport = None
