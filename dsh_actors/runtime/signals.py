@@ -25,9 +25,13 @@ from ..core.signal import AbortSignal
 __all__ = ["SignalHub", "link_remote_signal", "portable_reason", "publish_signal"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
+_RETRY_S = 0.2  # while the hub restarts
+_RETRIES = 150  # ≈ 30 s: longer than Ray takes to restart an actor here
 
 
-@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"abort": 2})
+# Restarted by Ray if its process dies: the waits open on it fail and are re-opened, and
+# aborts are re-sent until a live hub takes them (see _retrying and RemoteSignal).
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"abort": 2})
 class SignalHub:
     """Holds abort reasons by signal id and wakes the tasks waiting on them.
 
@@ -79,8 +83,32 @@ def publish_signal(signal: AbortSignal, hub: Any) -> tuple[str, Callable[[], Non
     """Give ``signal`` an id on ``hub``; its abort is forwarded there. Returns the id and a
     remover for when the call is over."""
     signal_id = uuid.uuid4().hex
-    remove = signal.add_listener(lambda reason: hub.abort.remote(signal_id, portable_reason(reason)))
+    remove = signal.add_listener(
+        lambda reason: _retrying(lambda: hub.abort.remote(signal_id, portable_reason(reason)), lambda _: None))
     return signal_id, remove
+
+
+def _retrying(send: Callable[[], Any], done: Callable[[Any], None], tries: int = _RETRIES,
+              stopped: Callable[[], bool] = lambda: False) -> None:
+    """Send an actor call; while the hub is dead or restarting, send it again (a short
+    timer each time, never blocking the caller), then hand the answer to ``done``."""
+    def arrived(future: Any) -> None:
+        try:
+            value = future.result()
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            if tries > 0 and not stopped():
+                timer = threading.Timer(_RETRY_S, _retrying, (send, done, tries - 1, stopped))
+                timer.daemon = True
+                timer.start()
+            return
+        except Exception:
+            return  # cancelled (the call ended first) or a real failure: nothing to deliver
+        done(value)
+
+    try:
+        send().future().add_done_callback(arrived)
+    except Exception:
+        pass
 
 
 def portable_reason(reason: Any) -> Any:
@@ -97,7 +125,7 @@ class RemoteSignal(AbortSignal):
     looked at (``aborted``, ``reason``, a listener, ``await``): most tool bodies never
     read their signal, and an open wait is one more actor call per call."""
 
-    __slots__ = ("_hub", "_signal_id", "_ref", "_linked")
+    __slots__ = ("_hub", "_signal_id", "_ref", "_linked", "_stopped")
 
     def __init__(self, hub: Any, signal_id: str) -> None:
         super().__init__()
@@ -105,20 +133,18 @@ class RemoteSignal(AbortSignal):
         self._signal_id = signal_id
         self._ref: Any = None
         self._linked = False
+        self._stopped = False
 
     def _link(self) -> None:
         if self._linked:
             return
         self._linked = True
-        self._ref = self._hub.wait.remote(self._signal_id)
 
-        def arrived(future: Any) -> None:
-            try:
-                self._abort(future.result())
-            except Exception:
-                pass  # the call ended first (the wait was cancelled) or the hub is gone
+        def send() -> Any:
+            self._ref = self._hub.wait.remote(self._signal_id)
+            return self._ref
 
-        self._ref.future().add_done_callback(arrived)
+        _retrying(send, self._abort, stopped=lambda: self._stopped)
 
     @property
     def aborted(self) -> bool:
@@ -144,6 +170,7 @@ class RemoteSignal(AbortSignal):
 
     def stop(self) -> None:
         """The call is over: end the wait on the hub (if one was opened)."""
+        self._stopped = True
         if self._ref is not None:
             try:
                 ray.cancel(self._ref)

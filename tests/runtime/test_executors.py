@@ -164,3 +164,34 @@ def test_arguments_nested_past_the_limit_are_invalid_input_not_a_recursion_error
         cursor = cursor["a"]
     result = registry.execute(call_id="d", name="echo", arguments=deep).result(T)
     assert result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}
+
+
+def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry):
+    """SIGKILL of the hub while a call waits on its signal: Ray restarts the hub, the
+    executor re-opens its wait, the client re-sends the abort, and the body sees it."""
+    from dsh_actors import AbortController
+
+    started = Recorder.remote()
+
+    async def waits(args, ctx):
+        started.add.remote("waiting")
+        reason = await ctx.signal
+        return [text_block(f"stopped: {reason}")]
+
+    registry.register(define_tool(name="waits", description="x", parameters={}, execute=waits)).result(T)
+    hub = ray.get(registry._handle().signal_hub.remote(), timeout=T)
+
+    async def scenario():
+        controller = AbortController()
+        call = asyncio.ensure_future(registry.execute(call_id="s", name="waits", arguments={},
+                                                      signal=controller.signal))
+        deadline = time.monotonic() + 60
+        while not await started.all.remote() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        os.kill(await hub.__ray_call__.remote(lambda self: os.getpid()), signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        controller.abort("user pressed stop")
+        return await asyncio.wait_for(call, T)
+
+    result = asyncio.run(scenario())
+    assert result.text == "stopped: user pressed stop" and not result.is_error
