@@ -32,6 +32,8 @@ from ..codemode.transport import build_run_code
 from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
+from ..core.errors import error_message
+from .errors import WorkerCrashedError, translate
 from .session import session_actor_name
 from .signals import portable_reason
 
@@ -46,7 +48,7 @@ class _Run:
         self.controller = AbortController()
 
 
-@ray.remote(num_cpus=0, max_restarts=0, concurrency_groups={"control": 2})
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 2})
 class CodeRunQueue:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 
@@ -122,14 +124,23 @@ def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
         remove = run_signal.add_listener(lambda reason: queue.abort.remote(run_id, portable_reason(reason)))
 
         async def send(fields: dict[str, Any]) -> ToolExecutionResult:
-            outcome = await queue.submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
+            try:
+                outcome = await queue.submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
+            except ray.exceptions.RayError as exc:
+                # The queue actor died (Ray restarts it for the next runs): this sub-call
+                # fails inside the program with a coded text, never Ray's own.
+                failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
+                raise RuntimeError(f"Error: {error_message(failure)} [{getattr(failure, 'code', 'RAY_ERROR')}]") from None
             if isinstance(outcome, str):
                 raise RuntimeError(outcome)
             return ToolExecutionResult(snapshot(outcome))
 
         async def close() -> None:
             remove()
-            await queue.forget.remote(run_id)
+            try:
+                await queue.forget.remote(run_id)
+            except ray.exceptions.RayError:
+                pass  # the queue died with this run's state in it: nothing left to forget
 
         send.close = close  # type: ignore[attr-defined]
         return send

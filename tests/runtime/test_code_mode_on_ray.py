@@ -118,3 +118,43 @@ def test_prompt_assembly_works_over_the_ray_client(code_registry):
     assembly = asyncio.run(prompt.assemble({"scope": "writer"}))
     assert assembly.tool_names() == ["run_code"]
     assert "async def echo(" in next(s.text for s in assembly.sections if s.name == "tools:sdk")
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_runs_work(ray_cluster, kill):
+    import signal as signals
+
+    registry = ToolRegistry.connect(f"queue-kill-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",
+                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
+                                                                   max_wall_ms=60_000))
+    try:
+        started = Recorder.remote()
+
+        async def slow(args, ctx):
+            started.add.remote("in")
+            await asyncio.sleep(3)
+            return [text_block("slow done")]
+
+        registry.register(echo("slow", execute=slow)).result(T)
+        registry.register(echo()).result(T)
+        queues = ray.get(registry._handle().__ray_call__.remote(lambda self: self._queues), timeout=T)
+
+        async def scenario():
+            run = asyncio.ensure_future(registry.execute(call_id="k", name="run_code", arguments={
+                "code": "try:\n    await tools.slow()\nexcept RuntimeError as exc:\n    return str(exc)"}))
+            deadline = time.monotonic() + 60
+            while not await started.all.remote() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            for queue in queues:  # whichever queue holds the run
+                if kill == "ray.kill":
+                    ray.kill(queue, no_restart=False)
+                else:
+                    os.kill(await queue.__ray_call__.remote(lambda self: os.getpid()), signals.SIGKILL)
+            return await asyncio.wait_for(run, T)
+
+        result = asyncio.run(scenario())
+        assert "[WORKER_CRASHED]" in result.text and "actor_id" not in result.text and "pid=" not in result.text
+        again = run_code(registry, 'return await tools.echo(text="after")')
+        assert again.text == "after" and not again.is_error
+    finally:
+        registry.shutdown()
