@@ -141,9 +141,9 @@ def render_call(definition: ToolDefinition | None, call: dict[str, Any], result:
 
 async def run_demo(registry: ToolRegistry) -> list[str]:
     """Register the tools and policies on ``registry``, run the calls concurrently, render them."""
-    for definition in demo_tools():
-        await registry.register(definition)
-    budget = CallBudget.remote({"agent-3": 2})
+    for tool_definition in demo_tools():
+        await registry.register(tool_definition)
+    budget = CallBudget.remote({"agent-3": 2})  # type: ignore[attr-defined]
     await registry.on("tools/pre-execute", no_rm)
     await registry.on("tools/pre-execute", actor_listener(budget, "check"))
     await registry.on("tools/post-execute", redact)
@@ -158,7 +158,7 @@ async def run_demo(registry: ToolRegistry) -> list[str]:
         results.append(await registry.scope("agent-3").execute(call))
     out = []
     for call, result in zip(calls, results):
-        definition = await registry.get(call["name"], call["agent"])
+        definition = await registry.get(str(call["name"]), str(call["agent"]))
         out.append(render_call(definition, call, result))
     audit: list[str] = []
     for _ in range(100):  # observers are fire-and-forget: wait until the actor heard every call

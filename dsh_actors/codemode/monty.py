@@ -152,8 +152,13 @@ class MontyRuntime:
         ledger = Ledger(int(self.config.max_log_bytes))
         task = asyncio.ensure_future(self._feed(program, dict(bindings), ledger))
         self._runs.add(task)
-        stop = asyncio.get_running_loop().create_future()
-        unfollow = signal.add_listener(lambda reason: stop.done() or stop.set_result(reason)) if signal else None
+        stop: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def stopped(reason: Any) -> None:
+            if not stop.done():
+                stop.set_result(reason)
+
+        unfollow = signal.add_listener(stopped) if signal else None
         try:
             done, _ = await asyncio.wait({task, stop}, timeout=self.config.max_wall_ms / 1000,
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -214,8 +219,7 @@ class MontyRuntime:
 
     def _failure(self, exc: Any) -> RunError:
         kind_and_message = exc.display("type-msg")
-        kind = "timeout" if kind_and_message.startswith("TimeoutError: feed time limit") else "exception"
-        if kind == "timeout":
+        if kind_and_message.startswith("TimeoutError: feed time limit"):
             return RunError("timeout", f"compute budget exhausted ({int(self.config.compute_ms)}ms busy)")
         frames = []
         for frame in getattr(exc, "traceback", lambda: [])():
@@ -227,4 +231,4 @@ class MontyRuntime:
         text = "\n".join((["Traceback (most recent call last):"] + frames if frames else []) + [kind_and_message])
         if kind_and_message.startswith(_UNSUPPORTED):
             text += f"\n({_DIALECT_NOTE}; rewrite the program without what it does not support)"
-        return RunError(kind, cap_error(text, int(self.config.max_value_bytes) * 4))
+        return RunError("exception", cap_error(text, int(self.config.max_value_bytes) * 4))

@@ -106,11 +106,11 @@ def _walk_object(node: Mapping[str, Any], path: str, ancestors: set[int], out: l
     properties = node.get("properties")
     declared: Mapping[str, Any] = {}
     if "properties" in node:
-        if not _is_plain_object(properties):
+        if not isinstance(properties, Mapping) or not _is_plain_object(properties):
             out.append(f"{path}.properties must be an object of schemas")
         else:
             declared = properties
-            for key, child in properties.items():
+            for key, child in declared.items():
                 _walk(child, f"{path}.properties.{key}", ancestors, out)
     if "required" in node:
         required = node["required"]

@@ -490,7 +490,7 @@ class _Owner:
 
     def __init__(self, registry: "InMemoryRegistry", scope: str | None) -> None:
         self._registry = registry
-        self._state = registry._state
+        self._state: RegistryState = registry._state
         self._scope = scope
         self._disposers: list[Disposer] = []
         self._closed = False

@@ -83,7 +83,7 @@ class AbortSignal:
     def __init__(self) -> None:
         self._aborted = False
         self._reason: Any = None
-        self._listeners: list[Callable[[Any], None]] = []
+        self._listeners: list[Callable[[Any], object]] = []
         self._lock = threading.Lock()
 
     @property
@@ -101,7 +101,7 @@ class AbortSignal:
         if self._aborted:
             raise AbortError(self._reason)
 
-    def add_listener(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+    def add_listener(self, callback: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``callback(reason)`` on abort (at once if already aborted); returns a remover."""
         with self._lock:
             if not self._aborted:
@@ -199,13 +199,13 @@ class _Deadlines:
     """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._heap: list[tuple[float, int, Callable[[], object]]] = []
         self._cancelled: set[int] = set()
         self._wake = threading.Condition()
         self._ids = 0
         self._thread: threading.Thread | None = None
 
-    def schedule(self, at: float, action: Callable[[], None]) -> Callable[[], None]:
+    def schedule(self, at: float, action: Callable[[], object]) -> Callable[[], None]:
         with self._wake:
             self._ids += 1
             entry_id = self._ids

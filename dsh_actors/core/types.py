@@ -123,6 +123,7 @@ class ExecutionToken:
     """An opaque call identity: equality and hashing only; pickles with its identity."""
 
     __slots__ = ("__id",)
+    __id: bytes
 
     def __init__(self) -> None:
         object.__setattr__(self, "_ExecutionToken__id", os.urandom(16))
@@ -162,6 +163,15 @@ class ToolExecution:
 
     __slots__ = ("_token", "_call_id", "_name", "_arguments", "_agent", "_parent", "_signal", "_frozen",
                  "_definition")
+    _token: ExecutionToken
+    _call_id: str
+    _name: str
+    _arguments: Any
+    _agent: str | None
+    _parent: ExecutionToken | None
+    _signal: AbortSignal | None
+    _frozen: bool
+    _definition: Any
 
     def __init__(
         self,

@@ -95,7 +95,7 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, logs: Path, liv
     try:
         await session.events()  # the log is up before approvals or dispatches look for it
         if episode.scope.restrict is not None:
-            await scope.restrict(dict(episode.scope.restrict))
+            await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
         for guard in episode.scope.guards:
             await scope.guard(_guard(guard.tools, guard.reason))
         for shadow in episode.scope.shadows:

@@ -14,6 +14,7 @@ import re
 from typing import Any, Callable
 
 from ..core.decisions import accept, ask, block, deny
+from ..core.registry import Event
 from ..policies import retry_policy, timeout_policy
 
 __all__ = ["NAMED_POLICIES", "policy_listeners"]
@@ -40,7 +41,7 @@ async def ask_writes(execution: Any, call_next: Callable[[], Any]) -> Any:
     return await call_next()
 
 
-NAMED_POLICIES: dict[str, tuple[str, Any]] = {
+NAMED_POLICIES: dict[str, tuple[Event, Any]] = {
     "deny-destructive": ("tools/pre-execute", deny_destructive),
     "redact-secrets": ("tools/post-execute", redact_secrets),
     "ask-writes": ("tools/pre-execute", ask_writes),
@@ -49,7 +50,7 @@ NAMED_POLICIES: dict[str, tuple[str, Any]] = {
 }
 
 
-def policy_listeners(names: list[str]) -> list[tuple[str, Any]]:
+def policy_listeners(names: list[str]) -> list[tuple[Event, Any]]:
     """``(event, listener)`` for each named policy; an unknown name raises with the list."""
     unknown = [n for n in names if n not in NAMED_POLICIES]
     if unknown:

@@ -95,7 +95,7 @@ def _process_anchor() -> Any:
     global _anchor
     with _anchor_lock:
         if _anchor is None:
-            _anchor = _OwnerAnchor.remote()
+            _anchor = _OwnerAnchor.remote()  # type: ignore[attr-defined]
         return _anchor
 
 
@@ -418,7 +418,7 @@ class ToolRegistry(_Registrar):
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch,
+        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch,  # type: ignore[attr-defined]
                                                          executors=executors)
         actual = ray.get(handle.config.remote(), timeout=120)["mode"]
         if actual != mode:

@@ -5,8 +5,8 @@ sub-call itself: the bridge's FIFO already runs them one at a time in submission
 and the run's signal reaches every sub-call through the signal hub. Measured at 1.24×
 100 native calls against 1.68× through a queue actor (one more actor hop per sub-call).
 
-With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of :class:`CodeRunQueue` actors (created with the
-registry, so no run pays an actor start-up). Each ``run_code`` execution picks one and
+With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of
+:class:`CodeRunQueue` actors (created with the registry, so no run pays an actor start-up). Each ``run_code`` execution picks one and
 gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
 order, each through the full pipeline as the calling agent (a Ray task per sub-call,
 with the tool's own Ray options). The run's signal is mirrored into the queue (its
@@ -48,7 +48,7 @@ class _Run:
         self.controller = AbortController()
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 2})
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 2})  # type: ignore[call-overload]
 class CodeRunQueue:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 

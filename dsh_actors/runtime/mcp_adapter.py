@@ -145,7 +145,7 @@ class McpPlugin:
                       prefix: str | None = None, timeout_s: float = 30.0) -> "McpPlugin":
         """Start the connection, discover the tools, register them as ``<prefix><tool>``."""
         _server(server)  # misuse fails here, before anything starts
-        actor = McpServerActor.remote()
+        actor = McpServerActor.remote()  # type: ignore[attr-defined]
         try:
             listed = await actor.start.remote(server, timeout_s)
         except ray.exceptions.RayTaskError as exc:

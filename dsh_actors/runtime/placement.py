@@ -22,7 +22,7 @@ fails with ``PLACEMENT_FAILED``; the body never starts.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..core.errors import DefinitionError
 from ..core.types import ToolDefinition
@@ -92,6 +92,6 @@ def demand(options: Mapping[str, Any]) -> dict[str, float]:
     return {name: amount for name, amount in needed.items() if amount > 0}
 
 
-def feasible(needed: Mapping[str, float], nodes: list[Mapping[str, float]]) -> bool:
+def feasible(needed: Mapping[str, float], nodes: Sequence[Mapping[str, float]]) -> bool:
     """Whether some node's total resources cover ``needed`` (busy or not)."""
     return any(all(node.get(name, 0.0) >= amount for name, amount in needed.items()) for node in nodes)

@@ -186,7 +186,7 @@ class RegistryActor:
             from .codemode import CodeRunQueue, ray_run_code
 
             if code_dispatch == "queue-actor":
-                self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]
+                self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]  # type: ignore[attr-defined]
             transport = ray_run_code(mode, name, namespace, self._queues, code_runtime, code_dispatch)
         self._mode, self._code_runtime = mode, code_runtime
         self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), mode=mode, transport=transport)
@@ -326,7 +326,7 @@ class RegistryActor:
         from .approval import ActorApproval, ApprovalQueueActor, _check_policy, approvals_actor_name
 
         if self._approvals is None:
-            self._approvals = ApprovalQueueActor.options(
+            self._approvals = ApprovalQueueActor.options(  # type: ignore[attr-defined]
                 name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
             ).remote(self._core.namespace, _check_policy(policy or "ask"))
             self._core.state.approval = ActorApproval(self._approvals)
@@ -352,7 +352,7 @@ class RegistryActor:
         from .signals import SignalHub
 
         if self._hub is None:
-            self._hub = SignalHub.remote()
+            self._hub = SignalHub.remote()  # type: ignore[attr-defined]
         return self._hub
 
     # scopes
@@ -369,7 +369,7 @@ class RegistryActor:
             }
             if self._detached:
                 options["lifetime"] = "detached"
-            handle = ScopeActor.options(**options).remote(self._core.name, self._core.namespace, agent)
+            handle = ScopeActor.options(**options).remote(self._core.name, self._core.namespace, agent)  # type: ignore[attr-defined]
             self._scopes[agent] = handle
         return handle
 

@@ -26,7 +26,7 @@ def session_actor_name(session_id: str) -> str:
     return f"dsh-session:{session_id}"
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)  # type: ignore[call-overload]
 class SessionLogActor:
     """Owns one session's frame file; one call at a time, in arrival order."""
 
@@ -77,7 +77,7 @@ class SessionLog(NamedActorClient):
         ensure_ray()
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
-        handle = SessionLogActor.options(
+        handle = SessionLogActor.options(  # type: ignore[attr-defined]
             name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
         ).remote(path, fsync, fsync_interval_s)
         return cls(session_id, namespace, handle)

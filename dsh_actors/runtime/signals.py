@@ -31,7 +31,7 @@ _RETRIES = 150  # ≈ 30 s: longer than Ray takes to restart an actor here
 
 # Restarted by Ray if its process dies: the waits open on it fail and are re-opened, and
 # aborts are re-sent until a live hub takes them (see _retrying and RemoteSignal).
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"abort": 2})
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"abort": 2})  # type: ignore[call-overload]
 class SignalHub:
     """Holds abort reasons by signal id and wakes the tasks waiting on them.
 
@@ -88,7 +88,7 @@ def publish_signal(signal: AbortSignal, hub: Any) -> tuple[str, Callable[[], Non
     return signal_id, remove
 
 
-def _retrying(send: Callable[[], Any], done: Callable[[Any], None], tries: int = _RETRIES,
+def _retrying(send: Callable[[], Any], done: Callable[[Any], object], tries: int = _RETRIES,
               stopped: Callable[[], bool] = lambda: False) -> None:
     """Send an actor call; while the hub is dead or restarting, send it again (a short
     timer each time, never blocking the caller), then hand the answer to ``done``."""
@@ -156,7 +156,7 @@ class RemoteSignal(AbortSignal):
         self._link()
         return self._reason
 
-    def add_listener(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+    def add_listener(self, callback: Callable[[Any], object]) -> Callable[[], None]:
         self._link()
         return super().add_listener(callback)
 

@@ -54,7 +54,7 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
                 result = ToolExecutionResult({"call_id": call.get("call_id"), **error_result(exc)})
             if on_result is not None:
                 on_result(call, result, time.perf_counter() - started)
-            await session.append(tool_result_event(_logged_arguments(call.get("arguments")), call.get("name"), result))
+            await session.append(tool_result_event(_logged_arguments(call.get("arguments")), str(call.get("name")), result))
             contexts.extend(result.get("additional_context") or [])
             results.append(result)
         if contexts:
