@@ -256,9 +256,8 @@ def test_the_wall_ceiling_kills_a_sandbox_that_ignores_everything():
 
 def test_nothing_a_run_leaves_behind_reaches_the_next_run_or_the_warm_spare(runtime):
     if not isinstance(runtime, SubprocessRuntime):
-        result = run(runtime, "x = 41\nreturn x")
-        assert run(runtime, "return globals().get('x', 'clean')").value == "clean" or \
-            "NameError" in str(run(runtime, "return x").error)
+        assert run(runtime, "x = 41\nreturn x").value == "41"
+        assert "NameError" in run(runtime, "return x").error.message  # the next run starts fresh
         return
     planted = ("import os, glob\n"
                "open('/work/leak', 'w').write('1')\nopen('/tmp/leak', 'w').write('1')\n"
