@@ -32,6 +32,7 @@ from ..core.registry import MODES, RUN_CODE, Event, check_guard, check_listener,
 from ..core.types import ExecutionToken, ToolDefinition, ToolExecution, ToolExecutionResult, ToolSchema
 from .errors import (
     RegistryUnavailableError,
+    DEAD_ACTORS,
     ScopeUnavailableError,
     WorkerCrashedError,
     remote_call,
@@ -219,12 +220,15 @@ class _ExecutorPool:
     def __init__(self, registry: "ToolRegistry") -> None:
         self._registry = registry
         self._handles: list[Any] = []
+        self._owner: Any = None  # the registry incarnation the handles came from
         self._next = 0
 
     async def pick(self) -> Any:
-        if not self._handles:
-            self._handles = list(await remote_call(self._registry._handle().executors,
-                                                   unavailable=RegistryUnavailableError, what="the registry"))
+        registry = self._registry._handle()
+        if not self._handles or self._owner != registry._actor_id:
+            self._handles = list(await remote_call(registry.executors, unavailable=RegistryUnavailableError,
+                                                   what="the registry"))
+            self._owner = registry._actor_id
         self._next = (self._next + 1) % len(self._handles)
         return self._handles[self._next]
 
@@ -418,9 +422,20 @@ class ToolRegistry(_Registrar):
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        handle = RegistryActor.options(**options).remote(name, namespace, detached, mode, code_runtime, code_dispatch,  # type: ignore[attr-defined]
-                                                         executors=executors)
-        actual = ray.get(handle.config.remote(), timeout=120)["mode"]
+        for attempt in range(40):  # a registry that just died may still hold its name briefly
+            handle = RegistryActor.options(**options).remote(  # type: ignore[attr-defined]
+                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors)
+            try:
+                actual = ray.get(handle.config.remote(), timeout=120)["mode"]
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                if attempt == 39:
+                    raise translate(exc, actor=RegistryUnavailableError, what=f'registry "{name}"') from None
+                try:  # Ray can keep handing back a dead named actor; killing it releases the name
+                    ray.kill(handle, no_restart=True)
+                except Exception:
+                    pass
+                time.sleep(0.25)
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
         return cls(name, namespace, handle, mode)
@@ -457,9 +472,27 @@ class ToolRegistry(_Registrar):
         return f"<ToolRegistry {self.namespace}/{self.name}>"
 
     def _handle(self) -> Any:
-        if self._actor is None:
-            self._actor = ray.get_actor(self.name, namespace=self.namespace)
-        return self._actor
+        """The registry actor's handle; a handle seen dead is dropped and the name resolved
+        again (a registry that died is gone with its state: ``connect`` makes a fresh one,
+        which its owners register into again)."""
+        actor = self._actor
+        if actor is None or actor._actor_id.hex() in DEAD_ACTORS:
+            gone = RegistryUnavailableError(
+                f'registry "{self.name}" is gone (killed or shut down); ToolRegistry.connect({self.name!r}) '
+                "makes a fresh one, which its owners must register into again")
+            try:
+                actor = ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError:
+                raise gone from None
+            if actor._actor_id.hex() in DEAD_ACTORS:
+                raise gone
+            if self._actor is not None:  # a new incarnation: nothing cached for the old one holds
+                self._hub = None
+                self._scope_handles.clear()
+                with _EXECUTORS_LOCK:
+                    _EXECUTORS.pop((self.namespace, self.name), None)
+            self._actor = actor
+        return actor
 
     def _registry_client(self) -> "ToolRegistry":
         return self

@@ -34,6 +34,7 @@ __all__ = [
     "RegistryUnavailableError",
     "ScopeUnavailableError",
     "WorkerCrashedError",
+    "DEAD_ACTORS",
     "remote_call",
     "translate",
 ]
@@ -117,11 +118,19 @@ def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError
     return mapped
 
 
+DEAD_ACTORS: set[str] = set()
+"""Ids (hex) of actors this process saw die for good: a client holding one of them
+re-resolves its actor by name instead of reusing a dead handle."""
+
+
 async def remote_call(method: Any, *args: Any, unavailable: type[HarnessError] = RayRuntimeError,
                       what: str = "the call") -> Any:
     """Await one actor method call; Ray's failures become ours (an application error
-    raised by the method is re-raised as itself)."""
+    raised by the method is re-raised as itself). An actor seen dead is remembered in
+    :data:`DEAD_ACTORS`."""
     try:
         return await method.remote(*args)
     except rx.RayError as exc:
+        if isinstance(exc, rx.ActorDiedError) and getattr(exc, "actor_id", None):
+            DEAD_ACTORS.add(str(exc.actor_id))
         raise translate(exc, actor=unavailable, what=what) from None

@@ -195,3 +195,31 @@ def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry
 
     result = asyncio.run(scenario())
     assert result.text == "stopped: user pressed stop" and not result.is_error
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_killed_registry_gives_coded_results_and_a_reconnect_serves_old_clients_again(ray_cluster, kill):
+    name = f"phoenix-{kill}-{time.monotonic_ns()}"
+    old = ToolRegistry.connect(name)
+    old.register(echo()).result(T)
+    assert old.execute(call_id="1", name="echo", arguments={"text": "before"}).result(T).text == "before"
+    handle = old._handle()
+    if kill == "ray.kill":
+        ray.kill(handle)
+    else:
+        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+    codes = set()
+    deadline = time.monotonic() + 60
+    while "REGISTRY_UNAVAILABLE" not in codes and time.monotonic() < deadline:
+        result = old.execute(call_id="2", name="echo", arguments={"text": "x"}).result(T)
+        assert result.is_error and result.error is not None  # one coded result per call, never a raw error
+        codes.add(result.error["code"])
+        time.sleep(0.2)
+    assert "REGISTRY_UNAVAILABLE" in codes and codes <= {"REGISTRY_UNAVAILABLE", "WORKER_CRASHED"}, codes
+    fresh = ToolRegistry.connect(name)  # no raw ActorDiedError: a fresh registry
+    try:
+        fresh.register(echo()).result(T)  # its owners register again: the state was not durable
+        again = old.execute(call_id="3", name="echo", arguments={"text": "after"}).result(T)
+        assert again.text == "after" and not again.is_error  # the old client re-resolved the name
+    finally:
+        fresh.shutdown()
