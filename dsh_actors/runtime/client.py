@@ -42,7 +42,7 @@ from .signals import portable_reason, publish_signal
 from .execution import NEED_PLAN, pack_call
 from .executor import cancel_task
 from .local import ensure_ray
-from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor, scope_actor_name
+from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor
 from .response import Response, background_loop
 from .version import version_key
 
@@ -259,8 +259,17 @@ class _Executor:
                                      what="the registry")
             else:
                 handle = await self._registry._scope_handle(agent)
-                ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
-                                     what=f"the scope of agent {agent!r}")
+                try:
+                    ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
+                                               what=f"the scope of agent {agent!r}")
+                except ScopeUnavailableError:
+                    if handle._actor_id.hex() not in DEAD_ACTORS:
+                        raise
+                    # The scope died: its successor starts from the journal (asking for a
+                    # plan runs nothing, so asking again is safe).
+                    handle = await self._registry._scope_handle(agent)
+                    ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
+                                               what=f"the scope of agent {agent!r}")
             self._tickets[agent] = ticket
         return ticket
 
@@ -505,9 +514,10 @@ class ToolRegistry(_Registrar):
 
     async def _scope_handle(self, agent: str) -> Any:
         handle = self._scope_handles.get(agent)
-        if handle is None:
-            handle = await remote_call(self._handle().ensure_scope, agent, unavailable=RegistryUnavailableError,
-                                 what="the registry")
+        dead = handle._actor_id.hex() if handle is not None and handle._actor_id.hex() in DEAD_ACTORS else None
+        if handle is None or dead is not None:  # a scope seen dead is replaced from its journal
+            handle = await remote_call(self._handle().ensure_scope, agent, dead, unavailable=RegistryUnavailableError,
+                                       what="the registry")
             self._scope_handles[agent] = handle
         return handle
 
@@ -612,13 +622,13 @@ class ToolRegistry(_Registrar):
             _EXECUTORS.pop((self.namespace, self.name), None)
         handle = self._handle()
         try:
-            agents = ray.get(handle.scopes.remote(), timeout=30)
+            scopes = ray.get(handle.scope_handles.remote(), timeout=30)
         except ray.exceptions.RayError:
-            agents = []
-        for agent in agents:
+            scopes = []
+        for scope in scopes:
             try:
-                ray.kill(ray.get_actor(scope_actor_name(self.name, agent), namespace=self.namespace))
-            except ValueError:
+                ray.kill(scope)
+            except Exception:
                 pass
         ray.kill(handle)
 
@@ -657,8 +667,10 @@ class AgentScope(_Registrar):
                                  what=f"the scope of agent {self.agent_id!r}")
 
             async def undo() -> None:
-                await remote_call(handle.dispose, reg_id, unavailable=ScopeUnavailableError,
-                            what=f"the scope of agent {self.agent_id!r}")
+                # Resolved again: the scope may have been replaced (same ids) since.
+                current = await self.registry._scope_handle(self.agent_id)
+                await remote_call(current.dispose, reg_id, unavailable=ScopeUnavailableError,
+                                  what=f"the scope of agent {self.agent_id!r}")
             return Disposer(undo)
         return Response(run)
 

@@ -194,6 +194,8 @@ class RegistryActor:
         self._core.bump()
         self._detached = detached
         self._scopes: dict[str, Any] = {}
+        self._journals: dict[str, list[tuple[int, str, Any]]] = {}  # per agent: its scope's changes
+        self._incarnations: dict[str, int] = {}
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, _Subscriber] = {}
@@ -357,29 +359,51 @@ class RegistryActor:
 
     # scopes
 
-    def ensure_scope(self, agent: str) -> Any:
-        """The scope actor of ``agent``, created on first use (it lives as long as the registry)."""
+    def journal_add(self, agent: str, reg_id: int, kind: str, payload: Any) -> None:
+        """Record one validated change of ``agent``'s scope (replayed if the scope dies)."""
+        self._journals.setdefault(agent, []).append((reg_id, kind, payload))
+
+    def journal_drop(self, agent: str, reg_id: int) -> None:
+        self._journals[agent] = [entry for entry in self._journals.get(agent, []) if entry[0] != reg_id]
+
+    def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
+        """The scope actor of ``agent``, created on first use (it lives as long as the
+        registry). ``dead`` is the id of a scope actor a client saw die: if it is the one
+        on record, a new one starts from the agent's journal."""
         from .scope_actor import ScopeActor
 
         handle = self._scopes.get(agent)
+        name = scope_actor_name(self._core.name, agent)
+        if handle is not None and dead is not None and handle._actor_id.hex() == dead:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+            # Ray may hold a dead actor's name for a while: the successor takes a new one.
+            self._incarnations[agent] = self._incarnations.get(agent, 1) + 1
+            handle = None
         if handle is None:
-            options: dict[str, Any] = {
-                "name": scope_actor_name(self._core.name, agent), "namespace": self._core.namespace,
-                "get_if_exists": True,
-            }
+            if self._incarnations.get(agent, 1) > 1:
+                name += f"#{self._incarnations[agent]}"
+            options: dict[str, Any] = {"name": name, "namespace": self._core.namespace, "get_if_exists": True}
             if self._detached:
                 options["lifetime"] = "detached"
-            handle = ScopeActor.options(**options).remote(self._core.name, self._core.namespace, agent)  # type: ignore[attr-defined]
+            handle = ScopeActor.options(**options).remote(  # type: ignore[attr-defined]
+                self._core.name, self._core.namespace, agent, list(self._journals.get(agent, [])))
             self._scopes[agent] = handle
         return handle
 
     async def drop_scope(self, agent: str) -> None:
         self._scopes.pop(agent, None)
+        self._journals.pop(agent, None)
         self._core.drop_scope(agent)
         await self._settled()
 
     def scopes(self) -> list[str]:
         return sorted(self._scopes)
+
+    def scope_handles(self) -> list[Any]:
+        return list(self._scopes.values())
 
     # the executor pool
 

@@ -5,13 +5,18 @@ guards. It composes the agent's plan from the registry's base plan (global tools
 chains this agent hears, global guards) and its layer, and reports every change to the
 registry, which publishes the new version before the change's call returns.
 ``ScopeCore`` is the plain class; the actor is a thin shell over it.
+
+Every change, once validated, is also written to the registry's journal for this agent
+(its frozen definition, compiled restriction or guard, under its registration id). When
+a scope actor dies, the registry starts a new one from that journal: the agent keeps its
+shadows, restrictions and guards — it never comes back with more tools than it had — and
+the registration ids its clients hold still dispose the same things.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
@@ -27,28 +32,40 @@ __all__ = ["ScopeActor", "ScopeCore"]
 class ScopeCore:
     """An agent's layer and its undo steps."""
 
-    def __init__(self, agent: str) -> None:
+    def __init__(self, agent: str, journal: Iterable[tuple[int, str, Any]] = ()) -> None:
         self.agent = agent
         self.layer = ScopeLayer()
-        self._ids = itertools.count(1)
         self._undo: dict[int, Callable[[], bool]] = {}
+        self._last_id = 0
+        for reg_id, kind, payload in journal:  # a replacement scope: the same changes, the same ids
+            self._apply(kind, payload, reg_id)
 
-    def _track(self, undo: Callable[[], bool]) -> int:
-        reg_id = next(self._ids)
+    def _apply(self, kind: str, payload: Any, reg_id: int | None = None) -> int:
+        """Apply one already-validated change; returns its registration id."""
+        if kind == "tool":
+            undo = self.layer.add_tool(payload)
+        elif kind == "restriction":
+            undo = self.layer.add_restriction(payload)
+        else:
+            undo = self.layer.add_guard(payload, self.agent)
+        reg_id = reg_id if reg_id is not None else self._last_id + 1
+        self._last_id = max(self._last_id, reg_id)
         self._undo[reg_id] = undo
         return reg_id
 
-    def register(self, definition: Any, reserved: tuple[str, ...] = ()) -> int:
+    def register(self, definition: Any, reserved: tuple[str, ...] = ()) -> tuple[int, ToolDefinition]:
         frozen = snapshot_definition(definition)
         check_reserved(frozen.name, reserved)
         execution_options(frozen)
-        return self._track(self.layer.add_tool(frozen))
+        return self._apply("tool", frozen), frozen
 
-    def restrict(self, spec: Mapping[str, Any] | None, global_names: list[str], reserved: tuple[str, ...] = ()) -> int:
-        return self._track(self.layer.add_restriction(compile_restriction(spec, global_names, reserved)))
+    def restrict(self, spec: Mapping[str, Any] | None, global_names: list[str],
+                 reserved: tuple[str, ...] = ()) -> tuple[int, Any]:
+        compiled = compile_restriction(spec, global_names, reserved)
+        return self._apply("restriction", compiled), compiled
 
-    def guard(self, guard: Callable[..., Any]) -> int:
-        return self._track(self.layer.add_guard(guard, self.agent))
+    def guard(self, guard: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
+        return self._apply("guard", guard), guard
 
     def dispose(self, reg_id: int) -> bool:
         undo = self._undo.pop(reg_id, None)
@@ -66,8 +83,9 @@ class ScopeCore:
 class ScopeActor:
     """Ray shell over :class:`ScopeCore`; async so plan requests never queue behind a change."""
 
-    def __init__(self, registry_name: str, namespace: str, agent: str) -> None:
-        self._core = ScopeCore(agent)
+    def __init__(self, registry_name: str, namespace: str, agent: str,
+                 journal: list[tuple[int, str, Any]] | None = None) -> None:
+        self._core = ScopeCore(agent, journal or [])
         self._registry = ray.get_actor(registry_name, namespace=namespace)
         self._lock = asyncio.Lock()
         self._base: tuple[int, ExecutionPlan] | None = None
@@ -96,31 +114,34 @@ class ScopeActor:
 
     # registrations
 
+    async def _journaled(self, kind: str, reg_id: int, payload: Any) -> int:
+        await self._registry.journal_add.remote(self._core.agent, reg_id, kind, payload)
+        await self._changed()
+        return reg_id
+
     async def register(self, definition: Any) -> int:
         async with self._lock:
             self._check_open()
-            reg_id = self._core.register(definition, await self._reserved())
-            await self._changed()
-            return reg_id
+            reg_id, frozen = self._core.register(definition, await self._reserved())
+            return await self._journaled("tool", reg_id, frozen)
 
     async def restrict(self, spec: Mapping[str, Any] | None) -> int:
         async with self._lock:
             self._check_open()
             names = await self._registry.global_names.remote()
-            reg_id = self._core.restrict(spec, names, await self._reserved())
-            await self._changed()
-            return reg_id
+            reg_id, compiled = self._core.restrict(spec, names, await self._reserved())
+            return await self._journaled("restriction", reg_id, compiled)
 
     async def guard(self, guard: Callable[..., Any]) -> int:
         async with self._lock:
             self._check_open()
-            reg_id = self._core.guard(guard)
-            await self._changed()
-            return reg_id
+            reg_id, checked = self._core.guard(guard)
+            return await self._journaled("guard", reg_id, checked)
 
     async def dispose(self, reg_id: int) -> None:
         async with self._lock:
             if self._core.dispose(reg_id):
+                await self._registry.journal_drop.remote(self._core.agent, reg_id)
                 await self._changed()
 
     async def close(self) -> None:

@@ -223,3 +223,31 @@ def test_a_killed_registry_gives_coded_results_and_a_reconnect_serves_old_client
         assert again.text == "after" and not again.is_error  # the old client re-resolved the name
     finally:
         fresh.shutdown()
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_killed_scope_actor_comes_back_from_the_journal_with_every_restriction(registry, kill):
+    """The agent must never come back with more than it had: its restriction, shadow and
+    guard survive the kill, and a disposer taken before it still disposes after it."""
+    registry.register(echo()).result(T)
+    registry.register(echo("rm")).result(T)
+    scope = registry.scope("fragile")
+    scope.restrict(deny=["rm"]).result(T)
+    scope.register(echo("echo", execute=lambda a, c: [text_block("shadowed")])).result(T)
+    unguard = scope.guard(lambda e: "no secrets" if e.arguments.get("text") == "secret" else None).result(T)
+    assert scope.execute(call_id="1", name="echo", arguments={"text": "x"}).result(T).text == "shadowed"
+    handle = asyncio.run(registry._scope_handle("fragile"))
+    if kill == "ray.kill":
+        ray.kill(handle)
+    else:
+        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+    time.sleep(0.5)
+    results = [scope.execute(call_id=f"a{i}", name="rm", arguments={}).result(T) for i in range(2)]
+    assert all(r.is_error for r in results)  # never ran: no call after the kill sees rm
+    assert results[-1].error["code"] == "UNKNOWN_TOOL"  # the restriction came back from the journal
+    assert scope.execute(call_id="b", name="echo", arguments={"text": "x"}).result(T).text == "shadowed"
+    assert scope.execute(call_id="c", name="echo", arguments={"text": "secret"}).result(T).text == \
+        "Error: no secrets"
+    unguard().result(T)  # a disposer from before the kill disposes the replayed guard
+    assert scope.execute(call_id="d", name="echo", arguments={"text": "secret"}).result(T).text == "shadowed"
+    assert sorted(d.name for d in scope.visible().result(T)) == ["echo"]
