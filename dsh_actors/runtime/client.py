@@ -44,6 +44,7 @@ from .executor import cancel_task
 from .local import ensure_ray
 from .registry_actor import HEARTBEAT_S, LEASE_S, PlanTicket, RegistryActor
 from .response import Response, background_loop
+from .revive import live_actor
 from .version import version_key
 
 if TYPE_CHECKING:
@@ -431,20 +432,11 @@ class ToolRegistry(_Registrar):
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
         if detached:
             options["lifetime"] = "detached"
-        for attempt in range(40):  # a registry that just died may still hold its name briefly
-            handle = RegistryActor.options(**options).remote(  # type: ignore[attr-defined]
-                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors)
-            try:
-                actual = ray.get(handle.config.remote(), timeout=120)["mode"]
-                break
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                if attempt == 39:
-                    raise translate(exc, actor=RegistryUnavailableError, what=f'registry "{name}"') from None
-                try:  # Ray can keep handing back a dead named actor; killing it releases the name
-                    ray.kill(handle, no_restart=True)
-                except Exception:
-                    pass
-                time.sleep(0.25)
+        handle, config = live_actor(
+            lambda: RegistryActor.options(**options).remote(  # type: ignore[attr-defined]
+                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors),
+            lambda h: h.config.remote(), what=f'registry "{name}"', unavailable=RegistryUnavailableError)
+        actual = config["mode"]
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
         return cls(name, namespace, handle, mode)

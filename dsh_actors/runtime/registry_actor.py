@@ -21,7 +21,9 @@ from ..core.errors import error_message
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
+from .errors import RegistryUnavailableError
 from .placement import execution_options, force_stop
+from .revive import live_actor_async
 from .version import read_version, version_key, write_version
 
 __all__ = ["PlanTicket", "RegistryActor", "RegistryCore", "scope_actor_name"]
@@ -325,12 +327,25 @@ class RegistryActor:
     async def approvals(self, policy: str | None) -> Any:
         """Mount the approval queue (created on first use, owned by this actor); with a
         ``policy``, set its default. Returns the queue's handle."""
-        from .approval import ActorApproval, ApprovalQueueActor, _check_policy, approvals_actor_name
+        from .approval import (
+            ActorApproval,
+            ApprovalQueueActor,
+            _check_policy,
+            approvals_actor_name,
+        )
 
+        if self._approvals is not None:
+            try:
+                await asyncio.wait_for(self._approvals.policy.remote(None), 30)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                self._approvals = None  # killed: mount a new queue (pending asks were denied)
         if self._approvals is None:
-            self._approvals = ApprovalQueueActor.options(  # type: ignore[attr-defined]
-                name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
-            ).remote(self._core.namespace, _check_policy(policy or "ask"))
+            self._approvals, _ = await live_actor_async(
+                lambda: ApprovalQueueActor.options(  # type: ignore[attr-defined]
+                    name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
+                    get_if_exists=True,
+                ).remote(self._core.namespace, _check_policy(policy or "ask")),
+                lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
             self._core.state.approval = ActorApproval(self._approvals)
             self._core.state.touched()
             self._core.bump()

@@ -14,8 +14,10 @@ from typing import Any, Mapping
 import ray
 
 from ..log import FrameFile, FsyncPolicy, check_event, derive_messages
+from .errors import RayRuntimeError
 from .local import ensure_ray
 from .response import NamedActorClient, Response
+from .revive import live_actor
 
 __all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
 
@@ -77,9 +79,11 @@ class SessionLog(NamedActorClient):
         ensure_ray()
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
-        handle = SessionLogActor.options(  # type: ignore[attr-defined]
-            name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
-        ).remote(path, fsync, fsync_interval_s)
+        handle, _ = live_actor(  # a log actor SIGKILLed earlier is replaced; the file is durable
+            lambda: SessionLogActor.options(  # type: ignore[attr-defined]
+                name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
+            ).remote(path, fsync, fsync_interval_s),
+            lambda h: h.info.remote(), what=f"session log {session_id!r}", unavailable=RayRuntimeError)
         return cls(session_id, namespace, handle)
 
 

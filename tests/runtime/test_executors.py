@@ -251,3 +251,42 @@ def test_a_killed_scope_actor_comes_back_from_the_journal_with_every_restriction
     unguard().result(T)  # a disposer from before the kill disposes the replayed guard
     assert scope.execute(call_id="d", name="echo", arguments={"text": "secret"}).result(T).text == "shadowed"
     assert sorted(d.name for d in scope.visible().result(T)) == ["echo"]
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_killed_approval_queue_is_mounted_again_and_asks_wait_on_the_new_one(registry, kill):
+    registry.register(echo("risky")).result(T)
+    registry.on("tools/pre-execute", lambda e, n: ask("check")).result(T)
+    queue = registry.approvals(policy="ask").result(T)
+    handle = queue._handle()
+    if kill == "ray.kill":
+        ray.kill(handle)
+    else:
+        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+    time.sleep(0.5)
+    fresh = registry.approvals().result(T)  # no error: a new queue is mounted
+
+    async def scenario():
+        call = asyncio.ensure_future(registry.scope("a1").execute(call_id="r", name="risky", arguments={}))
+        deadline = time.monotonic() + 60
+        while not (pending := await fresh.pending()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await fresh.allow(pending[0]["id"])
+        return await asyncio.wait_for(call, T)
+
+    assert asyncio.run(scenario()).text == ""
+
+
+def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_cluster, tmp_path):
+    from dsh_actors.runtime.session import SessionLog
+
+    path = str(tmp_path / "s.log")
+    log = SessionLog.open("revive-me", path)
+    log.append({"type": "user/message", "content": "kept"}).result(T)
+    os.kill(ray.get(log._handle().__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+    time.sleep(0.5)
+    again = SessionLog.open("revive-me", path)  # not the dead actor: a new one over the same file
+    assert [e.get("content") for e in again.events().result(T)] == ["kept"]
+    again.append({"type": "user/message", "content": "more"}).result(T)
+    assert len(again.events().result(T)) == 2
+    again.close().result(T)

@@ -1,0 +1,61 @@
+"""Named actors that may be dead: get or create one, and make sure it answers.
+
+Ray can hand back a dead named actor for a while after its process was SIGKILLed
+(``get_if_exists`` finds the name, the actor behind it is gone). :func:`live_actor` asks
+the actor a cheap question; if it is dead it kills the handle (which releases the name)
+and creates it again, so a caller never caches a dead handle from the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+import ray
+
+from ..core.errors import HarnessError
+from .errors import translate
+
+__all__ = ["live_actor", "live_actor_async"]
+
+_ATTEMPTS = 40
+_PAUSE_S = 0.25
+_DEAD = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+def _release(handle: Any) -> None:
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:
+        pass  # already released
+
+
+def live_actor(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: str,
+               unavailable: type[HarnessError]) -> tuple[Any, Any]:
+    """``(handle, probe's answer)`` from a named actor that answered (blocking)."""
+    for attempt in range(_ATTEMPTS):
+        handle = create()
+        try:
+            return handle, ray.get(probe(handle), timeout=120)
+        except _DEAD as exc:
+            if attempt == _ATTEMPTS - 1:
+                raise translate(exc, actor=unavailable, what=what) from None
+            _release(handle)
+            time.sleep(_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
+async def live_actor_async(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: str,
+                           unavailable: type[HarnessError]) -> tuple[Any, Any]:
+    """The same for async code (an actor's method)."""
+    for attempt in range(_ATTEMPTS):
+        handle = create()
+        try:
+            return handle, await asyncio.wait_for(probe(handle), 120)
+        except _DEAD as exc:
+            if attempt == _ATTEMPTS - 1:
+                raise translate(exc, actor=unavailable, what=what) from None
+            _release(handle)
+            await asyncio.sleep(_PAUSE_S)
+    raise AssertionError("unreachable")
