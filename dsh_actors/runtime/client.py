@@ -55,6 +55,7 @@ __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
 DEFAULT_NAMESPACE = "dsh-actors"
 _FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
 _STALE_RETRIES = 3
+_SICK_S = 5.0
 class Disposer:
     """Undoes one registration: ``await disposer()`` or ``disposer().result()``. Idempotent."""
 
@@ -215,13 +216,18 @@ class _Subscription:
 
 
 class _ExecutorPool:
-    """This process's view of a registry's executor actors: picked in turn; one that died
-    for good is reported to the registry (which replaces it) and the view refreshed."""
+    """This process's view of a registry's executor actors, picked in turn.
+
+    An executor that failed a call is avoided for :data:`_SICK_S` while Ray restarts it
+    (calls sent to a restarting actor fail at once, and executions never retry); one that
+    died for good is reported to the registry, which replaces it, and the view refreshed.
+    """
 
     def __init__(self, registry: "ToolRegistry") -> None:
         self._registry = registry
         self._handles: list[Any] = []
         self._owner: Any = None  # the registry incarnation the handles came from
+        self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._next = 0
 
     async def pick(self) -> Any:
@@ -230,10 +236,18 @@ class _ExecutorPool:
             self._handles = list(await remote_call(registry.executors, unavailable=RegistryUnavailableError,
                                                    what="the registry"))
             self._owner = registry._actor_id
-        self._next = (self._next + 1) % len(self._handles)
-        return self._handles[self._next]
+        now = time.monotonic()
+        for _ in range(len(self._handles)):
+            self._next = (self._next + 1) % len(self._handles)
+            handle = self._handles[self._next]
+            if self._sick.get(handle._actor_id, 0.0) <= now:
+                return handle
+        return self._handles[self._next]  # all recently failed: try anyway
 
-    def lost(self, handle: Any) -> None:
+    def failed(self, handle: Any, died: bool) -> None:
+        self._sick[handle._actor_id] = time.monotonic() + _SICK_S
+        if not died:
+            return
         self._handles = []
         try:
             self._registry._handle().replace_executor.remote(handle._actor_id.hex())
@@ -314,8 +328,7 @@ class _Executor:
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
                     # The executor died under the call (a body that killed its process, a
                     # ray.kill, a lost node): this call gets one result; the pool heals.
-                    if isinstance(exc, ray.exceptions.ActorDiedError):
-                        self._pool.lost(executor)
+                    self._pool.failed(executor, died=isinstance(exc, ray.exceptions.ActorDiedError))
                     raise WorkerCrashedError(
                         f'the worker running tool call "{execution.name}" ({execution.call_id}) died before it '
                         f"finished (its executor actor is gone)") from exc
