@@ -181,6 +181,7 @@ async def _placeable(name: str, needed: dict[str, float], patience_s: float) -> 
                                  f"(waited {patience_s:.0f}s for one to join)")
         await asyncio.sleep(1.0)
 
+
 class _Placement:
     """Turns a plan's definitions into ones whose bodies run where they belong."""
 
