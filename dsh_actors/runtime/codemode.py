@@ -32,7 +32,6 @@ from ..codemode.transport import build_run_code
 from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
-from ..core.errors import error_message
 from .errors import WorkerCrashedError, translate
 from .session import session_actor_name
 from .signals import portable_reason
@@ -130,7 +129,9 @@ def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
                 # The queue actor died (Ray restarts it for the next runs): this sub-call
                 # fails inside the program with a coded text, never Ray's own.
                 failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
-                raise RuntimeError(f"Error: {error_message(failure)} [{getattr(failure, 'code', 'RAY_ERROR')}]") from None
+                code = getattr(failure, "code", "RAY_ERROR")
+                raise RuntimeError(f"Error: the Code Mode queue of this run failed before the call finished "
+                                   f"[{code}]; the tool call may or may not have run") from None
             if isinstance(outcome, str):
                 raise RuntimeError(outcome)
             return ToolExecutionResult(snapshot(outcome))

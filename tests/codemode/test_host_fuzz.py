@@ -4,7 +4,6 @@ result, and stays usable — whatever bytes the child writes."""
 import asyncio
 import struct
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
