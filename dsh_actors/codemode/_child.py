@@ -159,15 +159,20 @@ def _binding(name, call):
     return binding
 
 
-def _render(value, limit):
+def render_text(value):
+    """A returned value as the model reads it: a str as it is, anything else pprint-ed
+    (the Monty backend renders its values with this too)."""
     if isinstance(value, str):
-        text = value
-    else:
-        try:
-            import pprint
-            text = pprint.pformat(value, depth=4, width=100, compact=True)
-        except Exception:
-            text = repr(value)
+        return value
+    try:
+        import pprint
+        return pprint.pformat(value, depth=4, width=100, compact=True)
+    except Exception:
+        return repr(value)
+
+
+def _render(value, limit):
+    text = render_text(value)
     data = text.encode("utf-8")
     if len(data) <= limit:
         return text

@@ -26,6 +26,7 @@ import weakref
 from typing import Any, Mapping
 
 from ..core.signal import AbortSignal
+from ._child import render_text
 from .runtime import DIALECTS, Binding, CodeRuntimeConfig, check_run, Ledger, RunError, RunResult, cap_error, cap_value
 
 __all__ = ["MontyRuntime"]
@@ -65,19 +66,6 @@ def indent_body(program: str) -> str:
     if not out[-1].endswith("\n"):
         out[-1] += "\n"
     return "".join(out)
-
-
-def _render(value: Any, limit: int) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        import pprint
-
-        try:
-            text = pprint.pformat(value, depth=4, width=100, compact=True)
-        except Exception:  # noqa: BLE001 - any value renders somehow
-            text = repr(value)
-    return cap_value(text, limit)
 
 
 class _Lines:
@@ -215,7 +203,8 @@ class MontyRuntime:
             lines.flush()
             return RunResult(ledger.logs, error=RunError("worker-exit", cap_error(f"monty worker: {exc}", config.max_value_bytes)))
         lines.flush()
-        return RunResult(ledger.logs, None if value is None else _render(value, int(config.max_value_bytes)))
+        rendered = None if value is None else cap_value(render_text(value), int(config.max_value_bytes))
+        return RunResult(ledger.logs, rendered)
 
     def _failure(self, exc: Any) -> RunError:
         kind_and_message = exc.display("type-msg")

@@ -56,6 +56,9 @@ DEFAULT_NAMESPACE = "dsh-actors"
 _FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
 _STALE_RETRIES = 3
 _SICK_S = 5.0
+"""How long a client avoids an executor that just failed a call (Ray is restarting it)."""
+
+
 class Disposer:
     """Undoes one registration: ``await disposer()`` or ``disposer().result()``. Idempotent."""
 
@@ -273,20 +276,22 @@ class _Executor:
                 ticket = await remote_call(self._registry._handle().plan, unavailable=RegistryUnavailableError,
                                      what="the registry")
             else:
-                handle = await self._registry._scope_handle(agent)
-                try:
-                    ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
-                                               what=f"the scope of agent {agent!r}")
-                except ScopeUnavailableError:
-                    if handle._actor_id.hex() not in DEAD_ACTORS:
-                        raise
-                    # The scope died: its successor starts from the journal (asking for a
-                    # plan runs nothing, so asking again is safe).
-                    handle = await self._registry._scope_handle(agent)
-                    ticket = await remote_call(handle.plan, unavailable=ScopeUnavailableError,
-                                               what=f"the scope of agent {agent!r}")
+                ticket = await self._scope_ticket(agent)
             self._tickets[agent] = ticket
         return ticket
+
+    async def _scope_ticket(self, agent: str) -> PlanTicket:
+        for last_try in (False, True):
+            handle = await self._registry._scope_handle(agent)
+            try:
+                return await remote_call(handle.plan, unavailable=ScopeUnavailableError,
+                                         what=f"the scope of agent {agent!r}")
+            except ScopeUnavailableError:
+                # A scope seen dead is replaced from its journal by the next _scope_handle;
+                # asking for a plan runs nothing, so asking again is safe.
+                if last_try or handle._actor_id.hex() not in DEAD_ACTORS:
+                    raise
+        raise AssertionError("unreachable")
 
     async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
         token = ExecutionToken()
@@ -519,7 +524,9 @@ class ToolRegistry(_Registrar):
 
     async def _scope_handle(self, agent: str) -> Any:
         handle = self._scope_handles.get(agent)
-        dead = handle._actor_id.hex() if handle is not None and handle._actor_id.hex() in DEAD_ACTORS else None
+        dead = handle._actor_id.hex() if handle is not None else None
+        if dead not in DEAD_ACTORS:
+            dead = None
         if handle is None or dead is not None:  # a scope seen dead is replaced from its journal
             handle = await remote_call(self._handle().ensure_scope, agent, dead, unavailable=RegistryUnavailableError,
                                        what="the registry")

@@ -6,8 +6,8 @@ and the run's signal reaches every sub-call through the signal hub. Measured at 
 100 native calls against 1.68× through a queue actor (one more actor hop per sub-call).
 
 With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of
-:class:`CodeRunQueue` actors (created with the registry, so no run pays an actor start-up). Each ``run_code`` execution picks one and
-gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
+:class:`CodeRunQueue` actors (created with the registry, so no run pays an actor
+start-up). Each ``run_code`` execution picks one and gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
 order, each through the full pipeline as the calling agent (a Ray task per sub-call,
 with the tool's own Ray options). The run's signal is mirrored into the queue (its
 ``abort`` runs in a control concurrency group, so it is never stuck behind a queued

@@ -37,7 +37,7 @@ from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolExecution, ToolRunContext, token_from_bytes
 from .errors import ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
-from .execution import NEED_PLAN, STALE, run_pipeline, signal_of
+from .execution import NEED_PLAN, STALE, pack_call, run_pipeline, signal_of
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import portable_reason, publish_signal
 from .version import read_version
@@ -218,13 +218,9 @@ class _Placement:
                     aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
                 else:
                     signal_id, unpublish = publish_signal(signal, hub)
-            parent = ctx.parent
-            envelope = msgpack.packb({
-                "plan": self.plan_id, "call_id": ctx.call_id, "name": name, "arguments": thaw(args),
-                "agent": ctx.agent, "token": ctx.token.__reduce__()[1][0],
-                "parent": None if parent is None else parent.__reduce__()[1][0],
-                "signal": signal_id, "aborted": aborted,
-            })
+            fields = {"call_id": ctx.call_id, "name": name, "arguments": thaw(args), "agent": ctx.agent,
+                      "parent": ctx.parent}
+            envelope = pack_call(ctx.token, fields, None, self.plan_id, b"", signal_id, aborted)
             ref = bound.remote(envelope, self.plan_box, hub)
             stopper = ForceStop.arm(ref, limits, signal)
             try:
@@ -264,8 +260,6 @@ class ExecutorCore:
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._hub: Any = None
-        self.in_flight = 0
-        self.completed = 0
 
     def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
@@ -309,23 +303,8 @@ class ExecutorCore:
         plan = await self._plan(call["plan"], plan_box)
         if isinstance(plan, str):
             return plan
-        self.in_flight += 1
-        try:
-            return msgpack.packb(thaw(await run_pipeline(call, plan, hub)))
-        finally:
-            self.in_flight -= 1
-            self.completed += 1
-
-    def stats(self) -> dict[str, int]:
-        return {"in_flight": self.in_flight, "completed": self.completed, "plans": len(self._plans)}
+        return msgpack.packb(thaw(await run_pipeline(call, plan, hub)))
 
 
-class _ExecutorShell(ExecutorCore):
-    """The actor: the core, plus a ping for the pool's health checks."""
-
-    def ping(self) -> str:
-        return "ok"
-
-
-ExecutorActor = ray.remote(_ExecutorShell)
+ExecutorActor = ray.remote(ExecutorCore)
 """The executor actor class; the registry applies its options with ``.options()``."""

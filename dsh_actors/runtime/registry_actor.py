@@ -22,7 +22,7 @@ from ..core.pipeline import ExecutionPlan
 from ..core.registry import RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
 from .errors import RegistryUnavailableError
-from .placement import execution_options, force_stop
+from .placement import execution_options
 from .revive import live_actor_async
 from .version import read_version, version_key, write_version
 
@@ -36,36 +36,29 @@ def scope_actor_name(registry: str, agent: str) -> str:
 
 
 class PlanTicket:
-    """What a client caches per scope: the version, the plan's object ref (boxed, so a
-    task receives the ref and fetches the plan only on a cache miss) and each visible
-    tool's execution options."""
+    """What a client caches per scope: the version and the plan's object ref (boxed, so an
+    executor receives the ref and fetches the plan only on a cache miss). Where each body
+    runs is the executor's business: it reads that from the plan's definitions."""
 
-    __slots__ = ("version", "plan_box", "placements", "force_stops", "plan_id")
+    __slots__ = ("version", "plan_box", "plan_id")
 
-    def __init__(self, version: int, plan_box: list[Any], placements: dict[str, dict[str, Any]],
-                 force_stops: dict[str, tuple[float, float]] | None = None) -> None:
+    def __init__(self, version: int, plan_box: list[Any]) -> None:
         self.version = version
         self.plan_box = plan_box
-        self.placements = placements
-        self.force_stops = force_stops or {}
-        """Tools that may be force-stopped: name → (timeout_ms, grace_ms)."""
         self.plan_id = plan_box[0].hex()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PlanTicket, (self.version, self.plan_box, self.placements, self.force_stops))
+        return (PlanTicket, (self.version, self.plan_box))
 
     @classmethod
     def of(cls, version: int, plan: ExecutionPlan) -> "PlanTicket":
         """Put ``plan`` in the object store and describe it."""
-        return cls(version, [ray.put(plan)], placements_of(plan), force_stops_of(plan))
+        return cls(version, [ray.put(plan)])
 
 
-def placements_of(plan: ExecutionPlan) -> dict[str, dict[str, Any]]:
-    return {name: execution_options(definition) for name, definition in plan.tools.items()}
-
-
-def force_stops_of(plan: ExecutionPlan) -> dict[str, tuple[float, float]]:
-    return {name: stop for name, definition in plan.tools.items() if (stop := force_stop(definition))}
+def _alive_nodes() -> list[str]:
+    """The ids of the cluster's alive nodes, in a stable order (one GCS read)."""
+    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
 
 
 class RegistryCore:
@@ -422,12 +415,12 @@ class RegistryActor:
 
     # the executor pool
 
-    def _new_executor(self, index: int) -> Any:
+    def _new_executor(self, index: int, nodes: list[str]) -> Any:
+        """Executor ``index``, pinned to ``nodes[index % len(nodes)]`` (alive node ids)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .executor import ExecutorActor
 
-        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
         strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
         return ExecutorActor.options(
             num_cpus=0, max_concurrency=self._executor_concurrency, max_restarts=-1, max_task_retries=0,
@@ -438,15 +431,16 @@ class RegistryActor:
         """The pool of executor actors, made on first use: ``executors`` of them (default:
         one per alive node, at least two), spread over the nodes."""
         if not self._executors:
-            count = self._executor_count or max(2, sum(1 for n in ray.nodes() if n.get("Alive")))
-            self._executors = [self._new_executor(i) for i in range(count)]
+            nodes = _alive_nodes()
+            count = self._executor_count or max(2, len(nodes))
+            self._executors = [self._new_executor(i, nodes) for i in range(count)]
         return self._executors
 
     def replace_executor(self, actor_id: str) -> None:
         """A client saw this executor die for good (``ray.kill``): start its successor."""
         for index, handle in enumerate(self._executors):
             if handle._actor_id.hex() == actor_id:
-                self._executors[index] = self._new_executor(index)
+                self._executors[index] = self._new_executor(index, _alive_nodes())
 
     def ping(self) -> str:
         return "pong"
