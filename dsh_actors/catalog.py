@@ -11,7 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from .core.registry import InMemoryRegistry
+from .inmemory import InMemoryRegistry
 from .tools import reference_tools
 
 __all__ = ["render_catalog", "write_catalog"]

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .codemode.sdk import SDK_ORDER, SDK_SECTION
 from .core.errors import DefinitionError, HarnessError
 from .core.pipeline.chain import run_chain, settle
-from .core.registry import RUN_CODE, Disposer
+from .core.registry import RUN_CODE, InMemoryDisposer
 
 __all__ = ["UNLISTED", "Assembly", "PromptAssemblyError", "Section", "SystemPrompt"]
 
@@ -118,7 +118,7 @@ class SystemPrompt:
     # registration
 
     def section(self, name: str, order: float, text: str | Callable[[Mapping[str, Any]], Any], *,
-                scope: str | None = None) -> Disposer:
+                scope: str | None = None) -> InMemoryDisposer:
         """Add a section (``text`` may be a function of the assembly context)."""
         if isinstance(order, bool) or not isinstance(order, (int, float)) or not math.isfinite(order):
             raise TypeError(f'section "{name}" order must be a finite number')
@@ -131,21 +131,21 @@ class SystemPrompt:
                     f'section "{name}" is already registered (for a per-agent variant, pass scope=agent_id)')
         entry = _SectionEntry(name, order, text, scope)
         self._sections.append(entry)
-        return Disposer(lambda: self._sections.remove(entry) if entry in self._sections else None)
+        return InMemoryDisposer(lambda: self._sections.remove(entry) if entry in self._sections else None)
 
-    def tools(self, provider: Callable[[Mapping[str, Any]], Any], *, scope: str | None = None) -> Disposer:
+    def tools(self, provider: Callable[[Mapping[str, Any]], Any], *, scope: str | None = None) -> InMemoryDisposer:
         """Add a tool provider: ``provider(context) -> {"schemas": [...], "known_names"?: [...]}``."""
         entry = _Entry(provider, scope)
         self._providers.append(entry)
-        return Disposer(lambda: self._providers.remove(entry) if entry in self._providers else None)
+        return InMemoryDisposer(lambda: self._providers.remove(entry) if entry in self._providers else None)
 
-    def on_assemble(self, listener: Callable[..., Any], *, scope: str | None = None) -> Disposer:
+    def on_assemble(self, listener: Callable[..., Any], *, scope: str | None = None) -> InMemoryDisposer:
         """Add an assembly listener ``(assembly, context, call_next) -> assembly``."""
         entry = _Entry(listener, scope)
         self._listeners.append(entry)
-        return Disposer(lambda: self._listeners.remove(entry) if entry in self._listeners else None)
+        return InMemoryDisposer(lambda: self._listeners.remove(entry) if entry in self._listeners else None)
 
-    def add_registry(self, registry: Any) -> Disposer:
+    def add_registry(self, registry: Any) -> InMemoryDisposer:
         """Contribute ``registry``'s tools (mode-aware) and, in the code modes, ``tools:sdk``."""
         mode = registry.mode
 
@@ -173,13 +173,13 @@ class SystemPrompt:
                 self._protected_tools.remove(RUN_CODE)
                 self._protected_sections.remove(SDK_SECTION)
 
-            disposers.append(Disposer(unprotect))
+            disposers.append(InMemoryDisposer(unprotect))
 
         def dispose_all() -> None:
             for disposer in reversed(disposers):
                 disposer()
 
-        return Disposer(dispose_all)
+        return InMemoryDisposer(dispose_all)
 
     # assembly
 

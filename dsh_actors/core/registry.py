@@ -1,19 +1,18 @@
-"""The registry's tables and the in-process registry built on them.
+"""The registry's tables: layers, restrictions, guards, listener chains, and plans.
 
-:class:`RegistryState` holds the layers (global, and one per agent), restrictions,
-guards and listener chains, and derives each scope's :class:`ExecutionPlan`. Plans are
-computed when something changes, never during a call, and a call runs against the
-plan it started with — registry changes during a call never mix two views inside it.
-
-:class:`InMemoryRegistry` is the specification's service in one process: global
-registrations, ``scope(agent_id)`` for per-agent layers, ``plugin(name)`` for grouped
-disposal, and ``execute``. The Ray runtime keeps the same state in actors and ships
-plans to execution tasks.
+:class:`RegistryState` holds the global layer and one :class:`ScopeLayer` per agent, and
+derives each scope's :class:`ExecutionPlan`. Plans are computed when something changes,
+never during a call, and a call runs against the plan it started with — registry
+changes during a call never mix two views inside it. The in-process registry
+(:mod:`dsh_actors.inmemory`) and the Ray runtime's actors are built on these tables.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import inspect
+import itertools
 import math
 import threading
 from dataclasses import dataclass
@@ -21,24 +20,25 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 from .errors import DefinitionError, DuplicateToolError, ReservedNameError, RestrictionError
 from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot
-from .pipeline import ApprovalSeam, ExecutionPlan, execute as run_pipeline
-from .pipeline.chain import settle
-from .types import ToolDefinition, ToolExecutionResult, ToolSchema
+from .pipeline import ApprovalSeam, ExecutionPlan
+from .types import ToolDefinition
 
 __all__ = [
     "EVENTS",
     "MODES",
     "RUN_CODE",
-    "ScopeLayer",
-    "compose_plan",
-    "visible_tools",
-    "AgentScopeView",
-    "Disposer",
-    "InMemoryRegistry",
-    "Plugin",
+    "Chains",
+    "InMemoryDisposer",
     "RegistryState",
+    "ScopeLayer",
     "ToolRestriction",
+    "check_guard",
+    "check_listener",
+    "check_reserved",
+    "compile_restriction",
+    "compose_plan",
     "snapshot_definition",
+    "visible_tools",
 ]
 
 Event = Literal["tools/pre-execute", "tools/execute", "tools/post-execute", "tools/result"]
@@ -51,8 +51,8 @@ _PLAN_FIELD = {
 }
 
 
-class Disposer:
-    """Undoes exactly one registration. Idempotent; also a context manager."""
+class InMemoryDisposer:
+    """Undoes exactly one in-process registration. Idempotent; also a context manager."""
 
     __slots__ = ("_undo", "_lock")
 
@@ -70,7 +70,7 @@ class Disposer:
     def disposed(self) -> bool:
         return self._undo is None
 
-    def __enter__(self) -> "Disposer":
+    def __enter__(self) -> "InMemoryDisposer":
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -204,6 +204,42 @@ class _Entry:
     scope: str | None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Listener:
+    """One registered listener and where it sits: prepends before appends, the latest
+    prepend first, appends in registration order — across the global layer and every
+    scope, so ``key`` comes from one sequence (the registry's)."""
+
+    fn: Callable[..., Any]
+    key: tuple[int, int]
+
+
+class Chains:
+    """The four listener chains of one layer (global, or one agent's), each kept in order."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[_Listener]] = {event: [] for event in EVENTS}
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.entries.values())
+
+    def add(self, event: str, fn: Callable[..., Any], seq: int, prepend: bool) -> Callable[[], bool]:
+        """Add ``fn`` as registration number ``seq``; returns the exact undo."""
+        check_listener(event, fn)
+        entry = _Listener(fn, (0, -seq) if prepend else (1, seq))
+        bisect.insort(self.entries[event], entry, key=lambda e: e.key)
+        return lambda: _remove_entry(self.entries[event], entry)
+
+    def plan_fields(self, *others: "Chains") -> dict[str, tuple[Callable[..., Any], ...]]:
+        """The plan's chain fields: this layer's listeners merged with ``others``' in order."""
+        return {
+            _PLAN_FIELD[event]: tuple(e.fn for e in heapq.merge(
+                entries, *(o.entries[event] for o in others), key=lambda e: e.key))
+            for event, entries in self.entries.items()
+        }
+
+
 def _remove_entry(entries: list[Any], entry: Any) -> bool:
     for index, candidate in enumerate(entries):
         if candidate is entry:
@@ -259,7 +295,8 @@ def check_reserved(name: str, reserved: Iterable[str]) -> None:
 
 
 class ScopeLayer:
-    """One agent's own layer: its tools (shadowing globals), restrictions and guards.
+    """One agent's own layer: its tools (shadowing globals), restrictions, guards and
+    listeners (which hear only its calls).
 
     The in-memory registry keeps one per agent; the Ray runtime keeps one in each agent
     scope actor. Mutators return the exact undo step.
@@ -269,10 +306,11 @@ class ScopeLayer:
         self.tools: dict[str, ToolDefinition] = {}
         self.restrictions: list[ToolRestriction] = []
         self.guards: list[_Entry] = []
+        self.listeners = Chains()
 
     @property
     def empty(self) -> bool:
-        return not (self.tools or self.restrictions or self.guards)
+        return not (self.tools or self.restrictions or self.guards) and self.listeners.empty
 
     def add_tool(self, frozen: ToolDefinition) -> Callable[[], bool]:
         return _add_named(self.tools, frozen, f'tool "{frozen.name}" is already registered in this scope')
@@ -300,17 +338,20 @@ def visible_tools(global_tools: Mapping[str, ToolDefinition], layer: ScopeLayer 
     return view
 
 
-def compose_plan(base: ExecutionPlan, layer: ScopeLayer | None) -> ExecutionPlan:
-    """An agent's plan: ``base`` (global tools, the agent's chains, global guards) plus its
-    layer; reserved transports stay last and are never masked."""
+def compose_plan(base: ExecutionPlan, chains: Chains, layer: ScopeLayer | None) -> ExecutionPlan:
+    """An agent's plan: ``base`` (global tools, global ``chains``, global guards) plus its
+    layer, whose listeners take their places among the global ones; reserved transports
+    stay last and are never masked."""
     if layer is None or layer.empty:
         return base
     tools = visible_tools({n: d for n, d in base.tools.items() if n not in base.reserved}, layer)
     tools.update(base.reserved)
+    listening = chains.plan_fields(layer.listeners) if not layer.listeners.empty else {
+        "pre_execute": base.pre_execute, "execute": base.execute, "post_execute": base.post_execute,
+        "result": base.result}
     return ExecutionPlan(
-        tools=FrozenDict(tools), reserved=base.reserved,
-        pre_execute=base.pre_execute, execute=base.execute, post_execute=base.post_execute,
-        result=base.result, guards=base.guards + tuple(e.fn for e in layer.guards), approval=base.approval,
+        tools=FrozenDict(tools), reserved=base.reserved, **listening,
+        guards=base.guards + tuple(e.fn for e in layer.guards), approval=base.approval,
     )
 
 
@@ -321,31 +362,31 @@ class RegistryState:
     Plans are cached until the next change, so a call never computes one.
     """
 
-    def __init__(self, *, approval: ApprovalSeam | None = None, mode: str = "native",
-                 transport: ToolDefinition | None = None) -> None:
-        if mode not in MODES:
-            raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
-        if (mode != "native") != (transport is not None):
-            raise DefinitionError("a non-native mode needs its run_code transport, and only then")
-        self.mode = mode
-        self.transport = transport
+    def __init__(self, *, approval: ApprovalSeam | None = None,
+                 reserved: Iterable[ToolDefinition] = ()) -> None:
+        self.reserved = FrozenDict({definition.name: definition for definition in reserved})
+        """Transports (Code Mode's ``run_code``) that are always visible, last, and whose
+        names nothing can register, shadow or restrict."""
         self.globals: dict[str, ToolDefinition] = {}
         self.layers: dict[str, ScopeLayer] = {}
         self.guards: list[_Entry] = []
-        self.chains: dict[str, list[_Entry]] = {event: [] for event in EVENTS}
+        self.chains = Chains()
         self.change_listeners: list[Callable[[], Any]] = []
         self.approval = approval
-        self.version = 0
-        self._base_plans: dict[str | None, ExecutionPlan] = {}
+        self._sequence = itertools.count(1)
+        self._base_plan: ExecutionPlan | None = None
         self._plans: dict[str | None, ExecutionPlan] = {}
 
     # change bookkeeping
 
     def touched(self) -> None:
         """Something a plan depends on changed: drop cached plans."""
-        self.version += 1
-        self._base_plans.clear()
+        self._base_plan = None
         self._plans.clear()
+
+    def next_sequence(self) -> int:
+        """The next registration number of a listener (global or scoped: one order)."""
+        return next(self._sequence)
 
     def emit_change(self) -> None:
         """Notify ``tools/change`` listeners (unfiltered), in registration order."""
@@ -375,7 +416,7 @@ class RegistryState:
 
     @property
     def reserved_names(self) -> tuple[str, ...]:
-        return (RUN_CODE,) if self.transport is not None else ()
+        return tuple(self.reserved)
 
     def add_tool(self, definition: Any, scope: str | None = None) -> Callable[[], None]:
         frozen = snapshot_definition(definition)
@@ -424,29 +465,20 @@ class RegistryState:
 
     def add_listener(self, event: str, fn: Callable[..., Any], scope: str | None,
                      prepend: bool = False) -> Callable[[], None]:
-        check_listener(event, fn)
-        entry = _Entry(fn, scope)
-        chain = self.chains[event]
-        chain.insert(0, entry) if prepend else chain.append(entry)
+        chains = self.chains if scope is None else self._layer(scope).listeners
+        remove = chains.add(event, fn, self.next_sequence(), prepend)
         self.touched()
-        return self._undo(None, lambda: _remove_entry(chain, entry), notify=False)
+        return self._undo(scope, remove, notify=False)
 
     def add_change_listener(self, fn: Callable[[], Any]) -> Callable[[], None]:
         self.change_listeners.append(fn)
         return lambda: self.change_listeners.remove(fn) if fn in self.change_listeners else None
 
-    def drop_scope(self, agent: str) -> None:
-        """Forget everything scoped to ``agent`` (its layer and its listeners)."""
-        self.layers.pop(agent, None)
-        for event, chain in self.chains.items():
-            self.chains[event] = [e for e in chain if e.scope != agent]
-        self.touched()
-
     # views
 
     def visible(self, scope: str | None = None) -> dict[str, ToolDefinition]:
         """Restricted global layer, then the scope's own layer (a shadow keeps its position),
-        then ``run_code`` in a non-native mode."""
+        then the reserved transports."""
         return dict(self.plan(scope).tools)
 
     def known_names(self, scope: str | None = None) -> list[str]:
@@ -457,221 +489,19 @@ class RegistryState:
             names.extend(n for n in layer.tools if n not in self.globals)
         return names
 
-    def base_plan(self, scope: str | None) -> ExecutionPlan:
-        """Global tools, the chains ``scope`` hears (in order) and global guards."""
-        plan = self._base_plans.get(scope)
-        if plan is None:
-            chains = {
-                _PLAN_FIELD[event]: tuple(e.fn for e in entries if e.scope is None or e.scope == scope)
-                for event, entries in self.chains.items()
-            }
-            reserved = FrozenDict({RUN_CODE: self.transport} if self.transport is not None else {})
-            plan = ExecutionPlan(
-                tools=FrozenDict({**self.globals, **reserved}), guards=tuple(e.fn for e in self.guards),
-                approval=self.approval, reserved=reserved, **chains,
+    def base_plan(self) -> ExecutionPlan:
+        """The global layer's plan: global tools, global listeners and guards."""
+        if self._base_plan is None:
+            self._base_plan = ExecutionPlan(
+                tools=FrozenDict({**self.globals, **self.reserved}), guards=tuple(e.fn for e in self.guards),
+                approval=self.approval, reserved=self.reserved, **self.chains.plan_fields(),
             )
-            self._base_plans[scope] = plan
-        return plan
+        return self._base_plan
 
     def plan(self, scope: str | None) -> ExecutionPlan:
         """The frozen plan a call by ``scope`` runs against (cached until the next change)."""
         plan = self._plans.get(scope)
         if plan is None:
             layer = self.layers.get(scope) if scope is not None else None
-            plan = self._plans[scope] = compose_plan(self.base_plan(scope), layer)
+            plan = self._plans[scope] = compose_plan(self.base_plan(), self.chains, layer)
         return plan
-
-
-# --- the in-process registry ------------------------------------------------------------
-
-
-class _Owner:
-    """Registrations made through an owner are disposed with it, last first."""
-
-    def __init__(self, registry: "InMemoryRegistry", scope: str | None) -> None:
-        self._registry = registry
-        self._state: RegistryState = registry._state
-        self._scope = scope
-        self._disposers: list[Disposer] = []
-        self._closed = False
-
-    def _adopt(self, undo: Callable[[], None]) -> Disposer:
-        if self._closed:
-            undo()
-            raise RuntimeError("this scope or plugin is closed; create a new one to register again")
-        disposer = Disposer(undo)
-        self._disposers.append(disposer)
-        return disposer
-
-    def register(self, definition: Any) -> Disposer:
-        """Register a tool as a frozen snapshot (globally, or shadowing for this agent)."""
-        return self._adopt(self._state.add_tool(definition, self._scope))
-
-    def guard(self, guard: Callable[..., Any]) -> Disposer:
-        """Add a synchronous guard ``guard(execution) -> reason | None``."""
-        return self._adopt(self._state.add_guard(guard, self._scope))
-
-    def on(self, event: Event, listener: Callable[..., Any], *, prepend: bool = False) -> Disposer:
-        """Add a listener to ``event``; a scope's listeners hear only its agent's calls."""
-        return self._adopt(self._state.add_listener(event, listener, self._scope, prepend))
-
-    def close(self) -> None:
-        """Dispose everything registered through this owner, last first. Idempotent."""
-        self._closed = True
-        while self._disposers:
-            self._disposers.pop()()
-
-    dispose = close
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-class Plugin(_Owner):
-    """A group of global registrations disposed together (``registry.plugin(name)``)."""
-
-    def __init__(self, registry: "InMemoryRegistry", name: str) -> None:
-        super().__init__(registry, None)
-        self.name = name
-
-
-class AgentScopeView(_Owner):
-    """One agent's scope: its own layer, restrictions, guards and listeners, and its view."""
-
-    def __init__(self, registry: "InMemoryRegistry", agent_id: str) -> None:
-        if not isinstance(agent_id, str) or not agent_id:
-            raise DefinitionError("an agent scope needs a non-empty str agent id")
-        super().__init__(registry, agent_id)
-        self.agent_id = agent_id
-
-    def restrict(self, spec: Mapping[str, Any] | None = None, *, allow: Iterable[str] | None = None,
-                 deny: Iterable[str] | None = None) -> Disposer:
-        """Mask the global layer for this agent: ``allow`` keeps only, ``deny`` hides.
-
-        Several restrictions intersect; the agent's own tools are never masked. Names are
-        validated against the current global names and compiled now (snapshot).
-        """
-        merged = dict(spec or {})
-        if allow is not None:
-            merged["allow"] = allow
-        if deny is not None:
-            merged["deny"] = deny
-        return self._adopt(self._state.add_restriction(merged, self._scope))
-
-    def get(self, name: str) -> ToolDefinition | None:
-        return self._registry.get(name, self.agent_id)
-
-    def visible(self) -> list[ToolDefinition]:
-        return self._registry.visible(self.agent_id)
-
-    def known_names(self) -> list[str]:
-        return self._registry.known_names(self.agent_id)
-
-    def schemas(self) -> list[ToolSchema]:
-        return self._registry.schemas(self.agent_id)
-
-    async def execute(self, call: Any = None, /, **fields: Any) -> ToolExecutionResult:
-        """Execute on this agent's behalf (``agent`` is set to this scope's id)."""
-        merged = {**_as_fields(call), **fields, "agent": self.agent_id}
-        return await self._registry.execute(merged)
-
-
-def _as_fields(call: Any) -> dict[str, Any]:
-    if call is None:
-        return {}
-    if isinstance(call, Mapping):
-        return dict(call)
-    return {key: getattr(call, key) for key in ("call_id", "name", "arguments", "agent", "parent", "signal")
-            if hasattr(call, key)}
-
-
-class InMemoryRegistry(_Owner):
-    """The tool registry in one process: the specification's service, without Ray.
-
-    Registrations made directly on it are global. ``scope(agent_id)`` gives an agent's
-    scope; ``plugin(name)`` groups global registrations for disposal together.
-    """
-
-    def __init__(self, *, approval: ApprovalSeam | None = None, mode: str = "native",
-                 code_runtime: Any = None, on_code_dispatch: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
-        transport = None
-        if mode != "native":
-            from ..codemode.transport import build_run_code
-
-            async def record(agent: str, event: dict[str, Any]) -> None:
-                if on_code_dispatch is not None:
-                    await settle(on_code_dispatch(agent, event))
-
-            transport = build_run_code(mode, lambda: self.code_runtime, lambda signal: self.execute, lambda: record)
-        self.code_runtime = code_runtime
-        self._state = RegistryState(approval=approval, mode=mode, transport=transport)
-        self._scopes: dict[str, AgentScopeView] = {}
-        super().__init__(self, None)
-
-    @property
-    def mode(self) -> str:
-        return self._state.mode
-
-    def sdk(self, scope: str | None = None) -> str:
-        """The ``tools:sdk`` section text for ``scope`` (Code Mode); raises without a runtime."""
-        from ..codemode.sdk import sdk_section_text
-        from ..codemode.transport import check_runtime
-
-        runtime = check_runtime(self._state.mode, self.code_runtime)
-        dialect = getattr(runtime, "dialect", None)
-        return sdk_section_text((s for s in self.schemas(scope) if s["name"] != RUN_CODE),
-                                dialect if isinstance(dialect, str) else None)
-
-    @property
-    def state(self) -> RegistryState:
-        return self._state
-
-    def set_approval(self, approval: ApprovalSeam | None) -> None:
-        """Mount (or unmount, with ``None``) the approval seam that answers ``ask``."""
-        self._state.approval = approval
-        self._state.touched()
-
-    def on_change(self, listener: Callable[[], Any]) -> Disposer:
-        """``tools/change``: unfiltered notification after a tool or restriction change."""
-        return self._adopt(self._state.add_change_listener(listener))
-
-    def restrict(self, spec: Mapping[str, Any] | None = None, **_: Any) -> Disposer:
-        """Always raises: restrictions belong to an agent scope."""
-        raise RestrictionError(
-            "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
-            "masks one agent's view of the global tools"
-        )
-
-    def scope(self, agent_id: str) -> AgentScopeView:
-        """The scope of ``agent_id`` (created on first use; a closed scope is replaced)."""
-        current = self._scopes.get(agent_id)
-        if current is None or current._closed:
-            current = self._scopes[agent_id] = AgentScopeView(self, agent_id)
-        return current
-
-    def plugin(self, name: str) -> Plugin:
-        """A handle whose registrations are disposed together by ``dispose()``."""
-        return Plugin(self, name)
-
-    def get(self, name: str, scope: str | None = None) -> ToolDefinition | None:
-        """The definition ``scope`` resolves ``name`` to (absent if restricted away)."""
-        return self._state.plan(scope).tools.get(name)
-
-    def visible(self, scope: str | None = None) -> list[ToolDefinition]:
-        return list(self._state.plan(scope).tools.values())
-
-    def known_names(self, scope: str | None = None) -> list[str]:
-        return self._state.known_names(scope)
-
-    def schemas(self, scope: str | None = None) -> list[ToolSchema]:
-        """``{name, description, parameters}`` of each visible tool; fresh copies each call."""
-        return [definition.schema() for definition in self._state.plan(scope).tools.values()]
-
-    async def execute(self, call: Any = None, /, **fields: Any) -> ToolExecutionResult:
-        """Run one call through the pipeline; never raises. Accepts a
-        :class:`ToolExecutionInput`, a mapping, or keyword fields."""
-        source = call if not fields else {**_as_fields(call), **fields}
-        return await run_pipeline(source, self._state.plan)

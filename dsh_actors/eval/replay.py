@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.jsonvalue import thaw
-from ..core.registry import InMemoryRegistry
+from ..inmemory import InMemoryRegistry
 from ..core.types import ToolExecutionResult
 from ..log import read_records
 from .policies import policy_listeners

@@ -18,6 +18,7 @@ from .errors import (
 from .local import ensure_ray
 from .policy import CONTINUE, ActorListener, Continue, actor_listener
 from .response import Response
+from .step import agent_step
 
 __all__ = [
     "CONTINUE",
@@ -37,5 +38,6 @@ __all__ = [
     "ToolRegistry",
     "WorkerCrashedError",
     "actor_listener",
+    "agent_step",
     "ensure_ray",
 ]

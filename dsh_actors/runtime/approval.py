@@ -21,21 +21,17 @@ from typing import Any
 import ray
 
 from ..core.pipeline import ApprovalRequest
-from .errors import translate
+from .errors import ACTOR_GONE, RAY_ERROR, translate
 from .response import NamedActorClient, Response
-from .session import session_actor_name
+from .wire import approvals_actor_name, session_actor_name
 
-__all__ = ["ActorApproval", "ApprovalQueue", "ApprovalQueueActor", "POLICIES", "approvals_actor_name"]
+__all__ = ["ActorApproval", "ApprovalQueue", "ApprovalQueueActor", "POLICIES", "check_policy"]
 
 POLICIES = ("ask", "never")
 ANSWERS = ("allowed-once", "rejected")
 
 
-def approvals_actor_name(registry: str) -> str:
-    return f"dsh-approvals:{registry}"
-
-
-def _check_policy(policy: object) -> str:
+def check_policy(policy: object) -> str:
     if policy not in POLICIES:
         raise ValueError('approval policy must be one of "ask" or "never"')
     return policy  # type: ignore[return-value]
@@ -55,7 +51,7 @@ class ApprovalQueueActor:
 
     def __init__(self, namespace: str, policy: str = "ask") -> None:
         self._namespace = namespace
-        self._policy = _check_policy(policy)
+        self._policy = check_policy(policy)
         self._overrides: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
         self._cancelled: set[str] = set()
@@ -118,7 +114,7 @@ class ApprovalQueueActor:
         return sorted((dict(p.info) for p in self._pending.values()), key=lambda info: info["asked_at"])
 
     async def set_policy(self, policy: str, agent: str | None = None) -> None:
-        _check_policy(policy)
+        check_policy(policy)
         if agent is None:
             self._policy = policy
             return
@@ -150,9 +146,9 @@ class ActorApproval:
         remove = signal.add_listener(lambda _: self.handle.cancel.remote(request_id)) if signal else None
         try:
             return await ref
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+        except ACTOR_GONE:
             return "unavailable"
-        except ray.exceptions.RayError as exc:
+        except RAY_ERROR as exc:
             raise translate(exc, what="the approval queue") from None
         finally:
             if remove is not None:
@@ -185,7 +181,7 @@ class ApprovalQueue(NamedActorClient):
 
     def set_policy(self, policy: str, agent: str | None = None) -> Response[None]:
         """``ask`` or ``never``, for everyone or (recorded in its session log) one agent."""
-        _check_policy(policy)
+        check_policy(policy)
         return self._call("set_policy", policy, agent)
 
     def policy(self, agent: str | None = None) -> Response[str]:

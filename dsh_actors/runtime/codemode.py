@@ -32,11 +32,16 @@ from ..codemode.transport import build_run_code
 from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
-from .errors import WorkerCrashedError, translate
-from .session import session_actor_name
+from .calls import CallInput, dispatcher
+from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
+from .link import link
 from .signals import portable_reason
+from .wire import session_actor_name
 
 __all__ = ["DISPATCH_MODES", "CodeRunQueue", "ray_run_code"]
+
+
+_OPEN_TRIES = 20
 
 
 class _Run:
@@ -52,9 +57,7 @@ class CodeRunQueue:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 
     def __init__(self, registry: str, namespace: str) -> None:
-        from .client import ToolRegistry
-
-        self._registry = ToolRegistry(registry, namespace)
+        self._calls = dispatcher(link(registry, namespace))
         self._runs: dict[str, _Run] = {}
         # Aborts for runs this queue does not hold (not yet, or no longer): a late abort
         # must not re-create a finished run, and an early one must still stop its calls.
@@ -78,8 +81,13 @@ class CodeRunQueue:
             signal = run.controller.signal
             if signal.aborted:
                 return f"run_code run is over ({signal.reason}); tool call abandoned"
-            result = await self._registry.execute({**fields, "signal": signal})
+            result = await self._calls.execute(CallInput({**fields, "signal": signal}, {}), [])
             return thaw(result)
+
+    def open(self, run_id: str) -> None:
+        """Start ``run_id``'s queue here (nothing runs: a dead queue found now is replaced
+        before any sub-call was sent to it)."""
+        self._run(run_id)
 
     @ray.method(concurrency_group="control")
     def abort(self, run_id: str, reason: Any) -> None:
@@ -117,15 +125,37 @@ def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
     return runtime
 
 
-def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
+def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any], Any]:
+    """Sub-calls through a queue actor picked per run. A queue seen dead for good when the
+    run opens is replaced (by the registry, which owns the pool) and the run opens on its
+    successor; one that dies under a sub-call fails that sub-call with a coded text."""
+    async def opened(run_id: str) -> Any:
+        for _ in range(_OPEN_TRIES):
+            queue = random.choice(pool)
+            try:
+                await queue.open.remote(run_id)
+                return queue
+            except ACTOR_GONE as exc:
+                if died_for_good(exc):
+                    fresh = await link(registry, namespace).call("code_queue", queue._actor_id.hex())
+                    pool[:] = [fresh if q._actor_id == queue._actor_id else q for q in pool]
+                else:
+                    await asyncio.sleep(0.2)  # Ray is restarting it
+        raise WorkerCrashedError("no Code Mode queue actor is available for this run")
+
     def dispatch(run_signal: Any) -> Any:
-        queue, run_id = random.choice(pool), uuid.uuid4().hex
-        remove = run_signal.add_listener(lambda reason: queue.abort.remote(run_id, portable_reason(reason)))
+        run_id = uuid.uuid4().hex
+        held: list[Any] = []  # the run's queue, once opened
+        removers: list[Callable[[], None]] = []
 
         async def send(fields: dict[str, Any]) -> ToolExecutionResult:
             try:
-                outcome = await queue.submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
-            except ray.exceptions.RayError as exc:
+                if not held:
+                    held.append(await opened(run_id))
+                    removers.append(run_signal.add_listener(
+                        lambda reason: held[0].abort.remote(run_id, portable_reason(reason))))
+                outcome = await held[0].submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
+            except Exception as exc:
                 # The queue actor died (Ray restarts it for the next runs): this sub-call
                 # fails inside the program with a coded text, never Ray's own.
                 failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
@@ -137,11 +167,13 @@ def _dispatcher(pool: list[Any]) -> Callable[[Any], Any]:
             return ToolExecutionResult(snapshot(outcome))
 
         async def close() -> None:
-            remove()
-            try:
-                await queue.forget.remote(run_id)
-            except ray.exceptions.RayError:
-                pass  # the queue died with this run's state in it: nothing left to forget
+            for remove in removers:
+                remove()
+            if held:
+                try:
+                    await held[0].forget.remote(run_id)
+                except RAY_ERROR:
+                    pass  # the queue died with this run's state in it: nothing left to forget
 
         send.close = close  # type: ignore[attr-defined]
         return send
@@ -153,12 +185,10 @@ def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
     """Sub-calls sent by the run's own task: the bridge's FIFO already serialises them and
     the run's signal travels with each through the signal hub; one actor hop less."""
     def dispatch(run_signal: Any) -> Any:
-        from .client import ToolRegistry
-
-        client = ToolRegistry(registry, namespace)
+        calls = dispatcher(link(registry, namespace))
 
         async def send(fields: dict[str, Any]) -> ToolExecutionResult:
-            return await client.execute(fields)
+            return await calls.execute(CallInput(fields, {}), [])
 
         return send
 
@@ -197,6 +227,7 @@ def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], conf
     return build_run_code(
         mode,
         runtime=lambda: _worker_runtime(config),
-        dispatch=_dispatcher(pool) if dispatch == "queue-actor" else _in_task_dispatcher(registry, namespace),
+        dispatch=(_dispatcher(registry, namespace, pool) if dispatch == "queue-actor"
+                  else _in_task_dispatcher(registry, namespace)),
         record=_recorder(namespace),
     )  # no Ray options: the body is a coroutine in the executor, mostly waiting on sub-calls

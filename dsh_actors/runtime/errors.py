@@ -34,10 +34,23 @@ __all__ = [
     "RegistryUnavailableError",
     "ScopeUnavailableError",
     "WorkerCrashedError",
+    "ACTOR_GONE",
     "DEAD_ACTORS",
+    "RAY_ERROR",
+    "died_for_good",
     "remote_call",
     "translate",
 ]
+
+RAY_ERROR = rx.RayError
+"""Every failure Ray raises (for ``except`` clauses that map it with :func:`translate`)."""
+ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError)
+"""Ray's failures meaning "the actor did not run this call": dead, restarting or unreachable."""
+
+
+def died_for_good(exc: BaseException) -> bool:
+    """``True`` when ``exc`` says its actor is dead and will not restart."""
+    return isinstance(exc, rx.ActorDiedError)
 
 
 class PolicyUnavailableError(HarnessError):
@@ -131,6 +144,11 @@ async def remote_call(method: Any, *args: Any, unavailable: type[HarnessError] =
     try:
         return await method.remote(*args)
     except rx.RayError as exc:
-        if isinstance(exc, rx.ActorDiedError) and getattr(exc, "actor_id", None):
-            DEAD_ACTORS.add(str(exc.actor_id))
+        remember_dead(exc)
         raise translate(exc, actor=unavailable, what=what) from None
+
+
+def remember_dead(exc: BaseException) -> None:
+    """Add the actor of an ``ActorDiedError`` to :data:`DEAD_ACTORS`."""
+    if isinstance(exc, rx.ActorDiedError) and getattr(exc, "actor_id", None):
+        DEAD_ACTORS.add(str(exc.actor_id))

@@ -26,21 +26,21 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
-import msgpack
 import ray
 
 from ..core.body import BODY_RUNNER
 from ..core.errors import ToolTimeoutError
-from ..core.jsonvalue import FrozenDict, snapshot, thaw
+from ..core import pipeline
+from ..core.jsonvalue import FrozenDict
 from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
-from ..core.types import ToolDefinition, ToolExecution, ToolRunContext, token_from_bytes
+from ..core.types import ToolDefinition, ToolRunContext
 from .errors import ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
-from .execution import NEED_PLAN, STALE, pack_call, run_pipeline, signal_of
 from .placement import demand, execution_options, feasible, force_stop
-from .signals import portable_reason, publish_signal
+from .signals import portable_reason, publish_signal, signal_of
 from .version import read_version
+from .wire import Outcome, pack_call, unpack_call, unpack_execution
 
 __all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
 
@@ -127,7 +127,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     """Run one tool body (its definition from the call's plan) in this task; returns the
     body's value and the contexts it deferred. Only bodies with Ray options come here."""
     global _body_loop
-    call = msgpack.unpackb(envelope)
+    call = unpack_call(envelope)
     plan = _body_plans.get(call["plan"])
     if plan is None:
         plan = _body_plans[call["plan"]] = ray.get(plan_box[0])
@@ -136,9 +136,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     if _body_loop is None or _body_loop.is_closed():
         _body_loop = asyncio.new_event_loop()
     signal, stop = signal_of(call, hub)
-    execution = ToolExecution(call_id=call["call_id"], name=call["name"], arguments=snapshot(call["arguments"]),
-                              agent=call["agent"], signal=signal, token=token_from_bytes(call["token"]),
-                              parent=None if call["parent"] is None else token_from_bytes(call["parent"]))
+    execution = unpack_execution(call, signal)
     deferred: list[Any] = []
     definition = plan.tools[call["name"]]
     try:
@@ -218,9 +216,7 @@ class _Placement:
                     aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
                 else:
                     signal_id, unpublish = publish_signal(signal, hub)
-            fields = {"call_id": ctx.call_id, "name": name, "arguments": thaw(args), "agent": ctx.agent,
-                      "parent": ctx.parent}
-            envelope = pack_call(ctx.token, fields, None, self.plan_id, b"", signal_id, aborted)
+            envelope = pack_call(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted)
             ref = bound.remote(envelope, self.plan_box, hub)
             stopper = ForceStop.arm(ref, limits, signal)
             try:
@@ -270,40 +266,46 @@ class ExecutorCore:
             self._hub = await registry.signal_hub.remote()
         return self._hub
 
-    async def _plan(self, plan_id: str, plan_box: list[Any] | None) -> ExecutionPlan | str:
+    async def _plan(self, plan_id: str, plan_box: list[Any] | None) -> ExecutionPlan | bytes:
         plan = self._plans.get(plan_id)
         if plan is not None:
             self._plans.move_to_end(plan_id)
             return plan
         if plan_box is None:
-            return NEED_PLAN
+            return Outcome.NEED_PLAN
         try:
             raw = await plan_box[0]
         except ray.exceptions.ObjectLostError:
-            return STALE  # its scope actor went away; the client refetches (and reports it)
+            return Outcome.STALE  # its scope actor went away; the client refetches (and reports it)
         plan = _Placement(plan_id, plan_box, self._signal_hub).plan(raw)
         self._plans[plan_id] = plan
         if len(self._plans) > _PLANS:
             self._plans.popitem(last=False)
         return plan
 
-    async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes | str:
-        """One call through the pipeline: its (lossless, final) result as msgpack bytes,
-        or :data:`STALE` / :data:`NEED_PLAN` when nothing ran (the client resubmits).
+    async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes:
+        """One call through the pipeline; answers an :class:`~.wire.Outcome` in its wire
+        form: the final result, or *stale* / *need plan* when nothing ran (the client
+        resubmits).
 
         A call carries ``plan_box`` only after this executor answered ``NEED_PLAN``, and
         ``hub`` only when its caller passed a signal: one bytes argument is the cheapest
         thing Ray ships, and the result's bytes are the cheapest thing it returns."""
         BODY_RUNNER.set(self._run_in_thread)
-        call = msgpack.unpackb(envelope)
+        call = unpack_call(envelope)
         if call["version"] is not None:
             current = await asyncio.get_running_loop().run_in_executor(self._threads, read_version, call["key"])
             if current != call["version"]:
-                return STALE
+                return Outcome.STALE
         plan = await self._plan(call["plan"], plan_box)
-        if isinstance(plan, str):
+        if isinstance(plan, bytes):
             return plan
-        return msgpack.packb(thaw(await run_pipeline(call, plan, hub)))
+        signal, stop = signal_of(call, hub)
+        try:
+            return Outcome.result(await pipeline.run(unpack_execution(call, signal), plan))
+        finally:
+            if stop is not None:
+                stop()
 
 
 ExecutorActor = ray.remote(ExecutorCore)

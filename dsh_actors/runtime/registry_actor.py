@@ -1,10 +1,11 @@
-"""The registry actor: one named actor per registry, owning the global layer.
+"""The registry actor: one named actor per registry, owning the global layer and the version.
 
-It holds the global tools, global guards, every listener chain (scoped listeners are
-kept here with their scope, so one sequence orders them all), the ``tools/change``
-listeners, the approval seam, and the registry version. Agent scope actors report their
-own changes through :meth:`RegistryActor.bump`; the registry is the version's only
-writer. ``RegistryCore`` is the plain class; the actor is a thin shell over it.
+It holds the global tools, global guards and listeners, the ``tools/change`` listeners,
+the approval seam, the pools it starts (executors, Code Mode queues), the signal hub,
+and each agent's journal. Scope actors own everything scoped (tools, restrictions,
+guards, listeners) and report each change through :meth:`RegistryActor.bump`: the
+registry is the version's only writer. ``RegistryCore`` is the plain class; the actor
+is a thin shell over it.
 """
 
 from __future__ import annotations
@@ -16,44 +17,27 @@ import time
 from typing import Any, Callable
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..codemode.runtime import dialect
 from ..core.errors import error_message
 from ..core.pipeline import ExecutionPlan
-from ..core.registry import RegistryState, snapshot_definition
+from ..core.registry import Chains, RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
-from .errors import RegistryUnavailableError
+from .approval import ActorApproval, ApprovalQueueActor, check_policy
+from .codemode import CodeRunQueue, ray_run_code
+from .errors import ACTOR_GONE, RegistryUnavailableError
+from .executor import ExecutorActor
 from .placement import execution_options
 from .revive import live_actor_async
+from .scope_actor import ScopeActor
+from .signals import HubRef, SignalHub
 from .version import read_version, version_key, write_version
+from .wire import HEARTBEAT_S, LEASE_S, PlanTicket, approvals_actor_name, scope_actor_name
 
-__all__ = ["PlanTicket", "RegistryActor", "RegistryCore", "scope_actor_name"]
+__all__ = ["RegistryActor", "RegistryCore"]
 
 log = logging.getLogger("dsh_actors.runtime")
-
-
-def scope_actor_name(registry: str, agent: str) -> str:
-    return f"dsh-scope:{registry}:{agent}"
-
-
-class PlanTicket:
-    """What a client caches per scope: the version and the plan's object ref (boxed, so an
-    executor receives the ref and fetches the plan only on a cache miss). Where each body
-    runs is the executor's business: it reads that from the plan's definitions."""
-
-    __slots__ = ("version", "plan_box", "plan_id")
-
-    def __init__(self, version: int, plan_box: list[Any]) -> None:
-        self.version = version
-        self.plan_box = plan_box
-        self.plan_id = plan_box[0].hex()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (PlanTicket, (self.version, self.plan_box))
-
-    @classmethod
-    def of(cls, version: int, plan: ExecutionPlan) -> "PlanTicket":
-        """Put ``plan`` in the object store and describe it."""
-        return cls(version, [ray.put(plan)])
 
 
 def _alive_nodes() -> list[str]:
@@ -64,11 +48,11 @@ def _alive_nodes() -> list[str]:
 class RegistryCore:
     """The registry's state and bookkeeping, without Ray's actor machinery."""
 
-    def __init__(self, name: str, namespace: str, publish: Callable[[int], None], *, mode: str = "native",
+    def __init__(self, name: str, namespace: str, publish: Callable[[int], None], *,
                  transport: ToolDefinition | None = None) -> None:
         self.name = name
         self.namespace = namespace
-        self.state = RegistryState(mode=mode, transport=transport)
+        self.state = RegistryState(reserved=[transport] if transport is not None else [])
         self._publish = publish
         self.version = 0
         self._ids = itertools.count(1)
@@ -97,8 +81,8 @@ class RegistryCore:
     def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
         return self._track(owner, self.state.add_guard(guard, None))
 
-    def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool, owner: str | None) -> int:
-        return self._track(owner, self.state.add_listener(event, listener, scope, prepend))
+    def on(self, event: str, listener: Callable[..., Any], prepend: bool, owner: str | None) -> int:
+        return self._track(owner, self.state.add_listener(event, listener, None, prepend))
 
     def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
         return self._track(owner, self.state.add_change_listener(listener))
@@ -125,15 +109,13 @@ class RegistryCore:
                 log.warning("disposing registration %s of %s: %s", reg_id, owner, error_message(exc))
         return len(ids)
 
-    def drop_scope(self, agent: str) -> None:
-        self.state.drop_scope(agent)
-        self.bump()
-
     def global_names(self) -> list[str]:
         return list(self.state.globals)
 
-    def base_plan(self, agent: str | None) -> tuple[int, ExecutionPlan]:
-        return self.version, self.state.base_plan(agent)
+    def base_plan(self) -> tuple[int, ExecutionPlan, Chains]:
+        """What a scope composes its agent's plan from: the version, the global plan and
+        the global listeners (its own listeners take their places among them)."""
+        return self.version, self.state.base_plan(), self.state.chains
 
     def get(self, name: str) -> ToolDefinition | None:
         return self.state.plan(None).tools.get(name)
@@ -143,12 +125,6 @@ class RegistryCore:
 
     def schemas(self) -> list[ToolSchema]:
         return [d.schema() for d in self.state.plan(None).tools.values()]
-
-
-LEASE_S = 2.0
-"""How long a client may trust what it knows of the version without hearing from the registry."""
-HEARTBEAT_S = 0.5
-"""How long a subscription poll waits for a change before answering anyway (renewing the lease)."""
 
 
 class _Subscriber:
@@ -178,19 +154,16 @@ class RegistryActor:
         transport = None
         self._queues: list[Any] = []
         if mode != "native":
-            from .codemode import CodeRunQueue, ray_run_code
-
             if code_dispatch == "queue-actor":
                 self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]  # type: ignore[attr-defined]
             transport = ray_run_code(mode, name, namespace, self._queues, code_runtime, code_dispatch)
         self._mode, self._code_runtime = mode, code_runtime
-        self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), mode=mode, transport=transport)
+        self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), transport=transport)
         self._core.version = read_version(key)  # a recreated registry never reuses a version
         self._core.bump()
         self._detached = detached
         self._scopes: dict[str, Any] = {}
         self._journals: dict[str, list[tuple[int, str, Any]]] = {}  # per agent: its scope's changes
-        self._incarnations: dict[str, int] = {}
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, _Subscriber] = {}
@@ -250,9 +223,8 @@ class RegistryActor:
     async def guard(self, guard: Callable[..., Any], owner: str | None) -> int:
         return await self._settled(self._core.guard(guard, owner))
 
-    async def on(self, event: str, listener: Callable[..., Any], scope: str | None, prepend: bool,
-                 owner: str | None) -> int:
-        return await self._settled(self._core.on(event, listener, scope, prepend, owner))
+    async def on(self, event: str, listener: Callable[..., Any], prepend: bool, owner: str | None) -> int:
+        return await self._settled(self._core.on(event, listener, prepend, owner))
 
     async def on_change(self, listener: Callable[[], Any], owner: str | None) -> int:
         return await self._settled(self._core.on_change(listener, owner))
@@ -293,12 +265,16 @@ class RegistryActor:
     def global_names(self) -> list[str]:
         return self._core.global_names()
 
-    def base_plan(self, agent: str | None) -> tuple[int, ExecutionPlan]:
-        return self._core.base_plan(agent)
+    def base_plan(self) -> tuple[int, ExecutionPlan, Chains]:
+        return self._core.base_plan()
+
+    def sequence(self) -> int:
+        """The next listener registration number (scoped listeners are ordered with global ones)."""
+        return self._core.state.next_sequence()
 
     def plan(self) -> PlanTicket:
         """The ticket for calls with no agent (the global view)."""
-        version, plan = self._core.base_plan(None)
+        version, plan, _ = self._core.base_plan()
         ticket = self._plans.get(version)
         if ticket is None:
             self._plans = {version: PlanTicket.of(version, plan)}
@@ -320,31 +296,24 @@ class RegistryActor:
     async def approvals(self, policy: str | None) -> Any:
         """Mount the approval queue (created on first use, owned by this actor); with a
         ``policy``, set its default. Returns the queue's handle."""
-        from .approval import (
-            ActorApproval,
-            ApprovalQueueActor,
-            _check_policy,
-            approvals_actor_name,
-        )
-
         if self._approvals is not None:
             try:
                 await asyncio.wait_for(self._approvals.policy.remote(None), 30)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            except ACTOR_GONE:
                 self._approvals = None  # killed: mount a new queue (pending asks were denied)
         if self._approvals is None:
             self._approvals, _ = await live_actor_async(
                 lambda: ApprovalQueueActor.options(  # type: ignore[attr-defined]
                     name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
                     get_if_exists=True,
-                ).remote(self._core.namespace, _check_policy(policy or "ask")),
+                ).remote(self._core.namespace, check_policy(policy or "ask")),
                 lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
             self._core.state.approval = ActorApproval(self._approvals)
             self._core.state.touched()
             self._core.bump()
             await self._settled()
         elif policy is not None:
-            await self._approvals.set_policy.remote(_check_policy(policy))
+            await self._approvals.set_policy.remote(check_policy(policy))
         return self._approvals
 
     async def unmount_approvals(self) -> None:
@@ -357,13 +326,13 @@ class RegistryActor:
             self._core.bump()
             await self._settled()
 
-    def signal_hub(self) -> Any:
-        """The hub carrying callers' aborts to executors and body tasks (owned by this actor)."""
-        from .signals import SignalHub
-
-        if self._hub is None:
+    def signal_hub(self, dead: str | None = None) -> HubRef:
+        """The hub carrying callers' aborts to executors and body tasks (owned by this
+        actor). ``dead`` is the id of a hub a client saw die for good: if it is the one on
+        record, a successor starts (a hub whose process died is restarted by Ray)."""
+        if self._hub is None or (dead is not None and self._hub._actor_id.hex() == dead):
             self._hub = SignalHub.remote()  # type: ignore[attr-defined]
-        return self._hub
+        return HubRef(self._name, self._namespace, self._hub)
 
     # scopes
 
@@ -375,25 +344,19 @@ class RegistryActor:
         self._journals[agent] = [entry for entry in self._journals.get(agent, []) if entry[0] != reg_id]
 
     def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
-        """The scope actor of ``agent``, created on first use (it lives as long as the
-        registry). ``dead`` is the id of a scope actor a client saw die: if it is the one
-        on record, a new one starts from the agent's journal."""
-        from .scope_actor import ScopeActor
-
+        """The scope actor of ``agent``, created on first use (it lives until the scope is
+        closed or the registry ends). ``dead`` is the id of a scope actor a client saw
+        die: if it is the one on record, a new one starts from the agent's journal."""
         handle = self._scopes.get(agent)
-        name = scope_actor_name(self._core.name, agent)
         if handle is not None and dead is not None and handle._actor_id.hex() == dead:
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
-            # Ray may hold a dead actor's name for a while: the successor takes a new one.
-            self._incarnations[agent] = self._incarnations.get(agent, 1) + 1
             handle = None
         if handle is None:
-            if self._incarnations.get(agent, 1) > 1:
-                name += f"#{self._incarnations[agent]}"
-            options: dict[str, Any] = {"name": name, "namespace": self._core.namespace, "get_if_exists": True}
+            options: dict[str, Any] = {"name": scope_actor_name(self._core.name, agent),
+                                       "namespace": self._core.namespace}
             if self._detached:
                 options["lifetime"] = "detached"
             handle = ScopeActor.options(**options).remote(  # type: ignore[attr-defined]
@@ -402,10 +365,15 @@ class RegistryActor:
         return handle
 
     async def drop_scope(self, agent: str) -> None:
-        self._scopes.pop(agent, None)
+        """A closed scope: release its actor and everything kept for it."""
+        handle = self._scopes.pop(agent, None)
         self._journals.pop(agent, None)
-        self._core.drop_scope(agent)
-        await self._settled()
+        if handle is not None:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        await self._settled(self._core.bump())
 
     def scopes(self) -> list[str]:
         return sorted(self._scopes)
@@ -417,10 +385,6 @@ class RegistryActor:
 
     def _new_executor(self, index: int, nodes: list[str]) -> Any:
         """Executor ``index``, pinned to ``nodes[index % len(nodes)]`` (alive node ids)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from .executor import ExecutorActor
-
         strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
         return ExecutorActor.options(
             num_cpus=0, max_concurrency=self._executor_concurrency, max_restarts=-1, max_task_retries=0,
@@ -442,12 +406,19 @@ class RegistryActor:
             if handle._actor_id.hex() == actor_id:
                 self._executors[index] = self._new_executor(index, _alive_nodes())
 
+    def code_queue(self, dead: str) -> Any:
+        """A client saw Code Mode queue ``dead`` die for good: start its successor (once)
+        and return it."""
+        for index, handle in enumerate(self._queues):
+            if handle._actor_id.hex() == dead:
+                self._queues[index] = CodeRunQueue.remote(self._name, self._namespace)  # type: ignore[attr-defined]
+                return self._queues[index]
+        return self._queues[0] if self._queues else None
+
     def ping(self) -> str:
         return "pong"
 
     def config(self) -> dict[str, Any]:
         """The mode and whether a code runtime is configured (for the SDK and clients)."""
-        from ..codemode.runtime import dialect
-
         return {"mode": self._mode, "code_runtime": self._code_runtime is not None,
                 "dialect": dialect(self._code_runtime) if self._code_runtime is not None else None}

@@ -1,10 +1,11 @@
-"""The agent scope actor: one per agent, holding that agent's own layer.
+"""The agent scope actor: one per agent, owning everything scoped to that agent.
 
-Its layer is the agent's scoped tools (shadowing same-named globals), restrictions and
-guards. It composes the agent's plan from the registry's base plan (global tools, the
-chains this agent hears, global guards) and its layer, and reports every change to the
-registry, which publishes the new version before the change's call returns.
-``ScopeCore`` is the plain class; the actor is a thin shell over it.
+Its layer is the agent's scoped tools (shadowing same-named globals), restrictions,
+guards and listeners (which hear only its calls; their order among the global listeners
+comes from the registry's one registration sequence). It composes the agent's plan from
+the registry's base plan and its layer, and reports every change to the registry, which
+publishes the new version before the change's call returns. ``ScopeCore`` is the plain
+class; the actor is a thin shell over it.
 
 Every change, once validated, is also written to the registry's journal for this agent
 (its frozen definition, compiled restriction or guard, under its registration id). When
@@ -21,10 +22,11 @@ from typing import Any, Callable, Iterable, Mapping
 import ray
 
 from ..core.pipeline import ExecutionPlan
-from ..core.registry import ScopeLayer, check_reserved, compile_restriction, compose_plan, snapshot_definition
+from ..core.registry import Chains, ScopeLayer, check_listener, check_reserved, compile_restriction, compose_plan, \
+    snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
-from .registry_actor import PlanTicket
+from .wire import PlanTicket
 
 __all__ = ["ScopeActor", "ScopeCore"]
 
@@ -46,6 +48,9 @@ class ScopeCore:
             undo = self.layer.add_tool(payload)
         elif kind == "restriction":
             undo = self.layer.add_restriction(payload)
+        elif kind == "listener":
+            event, fn, seq, prepend = payload
+            undo = self.layer.listeners.add(event, fn, seq, prepend)
         else:
             undo = self.layer.add_guard(payload, self.agent)
         reg_id = reg_id if reg_id is not None else self._last_id + 1
@@ -66,6 +71,13 @@ class ScopeCore:
 
     def guard(self, guard: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
         return self._apply("guard", guard), guard
+
+    def on(self, event: str, fn: Callable[..., Any], seq: int, prepend: bool) -> tuple[int, Any]:
+        """Add a listener that hears this agent's calls; ``seq`` is its place in the
+        registry's one registration sequence."""
+        check_listener(event, fn)
+        payload = (event, fn, seq, prepend)
+        return self._apply("listener", payload), payload
 
     def dispose(self, reg_id: int) -> bool:
         undo = self._undo.pop(reg_id, None)
@@ -88,24 +100,23 @@ class ScopeActor:
         self._core = ScopeCore(agent, journal or [])
         self._registry = ray.get_actor(registry_name, namespace=namespace)
         self._lock = asyncio.Lock()
-        self._base: tuple[int, ExecutionPlan] | None = None
+        self._base: tuple[int, ExecutionPlan, Chains] | None = None
         self._ticket: PlanTicket | None = None
-        self._ticket_layer_version = -1
-        self._layer_version = 0
         self._closed = False
 
     async def _reserved(self) -> tuple[str, ...]:
-        _, base = await self._base_plan()
+        _, base, _ = await self._base_plan()
         return tuple(base.reserved)
 
     async def _changed(self) -> int:
-        self._layer_version += 1
-        return await self._registry.bump.remote()
+        return await self._registry.bump.remote()  # type: ignore[no-any-return]
 
-    async def _base_plan(self) -> tuple[int, ExecutionPlan]:
+    async def _base_plan(self) -> tuple[int, ExecutionPlan, Chains]:
+        # Every change (this scope's included) moves the registry's version: it alone
+        # says whether anything cached here is current.
         version = await self._registry.version.remote()
         if self._base is None or self._base[0] != version:
-            self._base = await self._registry.base_plan.remote(self._core.agent)
+            self._base = await self._registry.base_plan.remote()
         return self._base
 
     def _check_open(self) -> None:
@@ -138,6 +149,12 @@ class ScopeActor:
             reg_id, checked = self._core.guard(guard)
             return await self._journaled("guard", reg_id, checked)
 
+    async def on(self, event: str, listener: Callable[..., Any], prepend: bool) -> int:
+        async with self._lock:
+            self._check_open()
+            reg_id, payload = self._core.on(event, listener, await self._registry.sequence.remote(), prepend)
+            return await self._journaled("listener", reg_id, payload)
+
     async def dispose(self, reg_id: int) -> None:
         async with self._lock:
             if self._core.dispose(reg_id):
@@ -145,26 +162,23 @@ class ScopeActor:
                 await self._changed()
 
     async def close(self) -> None:
-        """Dispose everything this scope registered (its scoped listeners included)."""
+        """Dispose everything this scope registered; the registry then releases this actor."""
         async with self._lock:
             self._core.dispose_all()
             self._closed = True
-            await self._registry.drop_scope.remote(self._core.agent)
 
     # views and plans
 
     async def _plan(self) -> tuple[int, ExecutionPlan]:
-        version, base = await self._base_plan()
-        return version, compose_plan(base, self._core.layer)
+        version, base, chains = await self._base_plan()
+        return version, compose_plan(base, chains, self._core.layer)
 
     async def plan(self) -> PlanTicket:
         async with self._lock:
             version, plan = await self._plan()
-            ticket = self._ticket
-            if ticket is None or ticket.version != version or self._ticket_layer_version != self._layer_version:
-                ticket = self._ticket = PlanTicket.of(version, plan)
-                self._ticket_layer_version = self._layer_version
-            return ticket
+            if self._ticket is None or self._ticket.version != version:
+                self._ticket = PlanTicket.of(version, plan)
+            return self._ticket
 
     async def get(self, name: str) -> ToolDefinition | None:
         return (await self._plan())[1].tools.get(name)

@@ -18,14 +18,10 @@ from .errors import RayRuntimeError
 from .local import ensure_ray
 from .response import NamedActorClient, Response
 from .revive import live_actor
+from .wire import DEFAULT_NAMESPACE, session_actor_name
 
 __all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
 
-DEFAULT_NAMESPACE = "dsh-actors"
-
-
-def session_actor_name(session_id: str) -> str:
-    return f"dsh-session:{session_id}"
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)  # type: ignore[call-overload]

@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 import ray
 
-from ..core.signal import AbortSignal
+from ..core.signal import AbortController, AbortSignal
+from .errors import ACTOR_GONE, died_for_good
 
-__all__ = ["SignalHub", "link_remote_signal", "portable_reason", "publish_signal"]
+__all__ = ["HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "signal_of"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
 _RETRY_S = 0.2  # while the hub restarts
@@ -79,25 +80,61 @@ class SignalHub:
                     self._waiters.pop(signal_id, None)
 
 
-def publish_signal(signal: AbortSignal, hub: Any) -> tuple[str, Callable[[], None]]:
+class HubRef:
+    """The registry's signal hub as its users hold it: a handle that, once seen dead for
+    good (``ray.kill``), is exchanged for the successor the registry starts. (A hub whose
+    process died is restarted by Ray under the same handle.) Pickles as the registry's
+    name and the handle, so executors and body tasks receive it."""
+
+    __slots__ = ("registry", "namespace", "handle", "_lock")
+
+    def __init__(self, registry: str, namespace: str, handle: Any) -> None:
+        self.registry, self.namespace, self.handle = registry, namespace, handle
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HubRef, (self.registry, self.namespace, self.handle))
+
+    def died(self, seen: Any) -> None:
+        """``seen`` (the handle a call just failed on) is dead for good: ask the registry
+        for the live hub (blocking: called from timer threads, never an event loop)."""
+        with self._lock:
+            if seen is not self.handle:
+                return  # already exchanged
+            try:
+                registry = ray.get_actor(self.registry, namespace=self.namespace)
+                fresh: HubRef = ray.get(registry.signal_hub.remote(seen._actor_id.hex()), timeout=30)  # type: ignore[assignment]
+            except Exception:
+                return  # the registry is gone too: nothing left to deliver to
+            self.handle = fresh.handle
+
+
+def publish_signal(signal: AbortSignal, hub: HubRef) -> tuple[str, Callable[[], None]]:
     """Give ``signal`` an id on ``hub``; its abort is forwarded there. Returns the id and a
     remover for when the call is over."""
     signal_id = uuid.uuid4().hex
     remove = signal.add_listener(
-        lambda reason: _retrying(lambda: hub.abort.remote(signal_id, portable_reason(reason)), lambda _: None))
+        lambda reason: _retrying(hub, lambda h: h.abort.remote(signal_id, portable_reason(reason)), lambda _: None))
     return signal_id, remove
 
 
-def _retrying(send: Callable[[], Any], done: Callable[[Any], object], tries: int = _RETRIES,
+def _retrying(hub: HubRef, send: Callable[[Any], Any], done: Callable[[Any], object], tries: int = _RETRIES,
               stopped: Callable[[], bool] = lambda: False) -> None:
-    """Send an actor call; while the hub is dead or restarting, send it again (a short
+    """Send a call to the hub; while the hub is dead or restarting, send it again (a short
     timer each time, never blocking the caller), then hand the answer to ``done``."""
+    handle = hub.handle
+
     def arrived(future: Any) -> None:
         try:
             value = future.result()
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+        except ACTOR_GONE as exc:
+            dead = died_for_good(exc)
             if tries > 0 and not stopped():
-                timer = threading.Timer(_RETRY_S, _retrying, (send, done, tries - 1, stopped))
+                def again() -> None:
+                    if dead:
+                        hub.died(handle)
+                    _retrying(hub, send, done, tries - 1, stopped)
+                timer = threading.Timer(_RETRY_S, again)
                 timer.daemon = True
                 timer.start()
             return
@@ -106,7 +143,7 @@ def _retrying(send: Callable[[], Any], done: Callable[[Any], object], tries: int
         done(value)
 
     try:
-        send().future().add_done_callback(arrived)
+        send(handle).future().add_done_callback(arrived)
     except Exception:
         pass
 
@@ -127,7 +164,7 @@ class RemoteSignal(AbortSignal):
 
     __slots__ = ("_hub", "_signal_id", "_ref", "_linked", "_stopped")
 
-    def __init__(self, hub: Any, signal_id: str) -> None:
+    def __init__(self, hub: HubRef, signal_id: str) -> None:
         super().__init__()
         self._hub = hub
         self._signal_id = signal_id
@@ -140,11 +177,11 @@ class RemoteSignal(AbortSignal):
             return
         self._linked = True
 
-        def send() -> Any:
-            self._ref = self._hub.wait.remote(self._signal_id)
+        def send(handle: Any) -> Any:
+            self._ref = handle.wait.remote(self._signal_id)
             return self._ref
 
-        _retrying(send, self._abort, stopped=lambda: self._stopped)
+        _retrying(self._hub, send, self._abort, stopped=lambda: self._stopped)
 
     @property
     def aborted(self) -> bool:
@@ -178,8 +215,20 @@ class RemoteSignal(AbortSignal):
                 pass
 
 
-def link_remote_signal(hub: Any, signal_id: str) -> tuple[AbortSignal, Callable[[], None]]:
+def link_remote_signal(hub: HubRef, signal_id: str) -> tuple[AbortSignal, Callable[[], None]]:
     """Inside an executor or a body task: a local signal that aborts when ``signal_id`` does,
     and the function that releases it when the call is over."""
     signal = RemoteSignal(hub, signal_id)
     return signal, signal.stop
+
+
+def signal_of(call: dict[str, Any], hub: Any) -> tuple[AbortSignal | None, Callable[[], None] | None]:
+    """The signal of an unpacked call envelope on this side (and what releases it):
+    already aborted, linked to the caller's through the signal hub, or none."""
+    if call["aborted"] is not None:
+        controller = AbortController()
+        controller.abort(ray.cloudpickle.loads(call["aborted"]))
+        return controller.signal, None
+    if call["signal"] is not None:
+        return link_remote_signal(hub, call["signal"])
+    return None, None

@@ -1,6 +1,6 @@
 import asyncio
 
-from dsh_actors import run_chain
+from dsh_actors.core.pipeline import run_chain
 
 
 def test_the_chain_runs_outermost_first_and_unwinds_in_reverse():

@@ -1,9 +1,9 @@
 import pytest
 
-from dsh_actors import (
-    MalformedDecisionError, PresentationError, accept, allow, ask, block, deny,
-    parse_post_decision, parse_pre_decision, validate_call_view, validate_result_view,
-)
+from dsh_actors import accept, allow, ask, block, deny
+from dsh_actors.core.decisions import parse_post_decision, parse_pre_decision
+from dsh_actors.core.errors import MalformedDecisionError
+from dsh_actors.core.presentation import PresentationError, validate_call_view, validate_result_view
 
 CTX = {"content": "note", "source": {"kind": "plugin", "plugin": "p"}}
 

@@ -1,10 +1,8 @@
 import pickle
 
 
-from dsh_actors import (
-    CodeRunFailedError, DefinitionError, HarnessError, OutputSchemaError, ToolArgsError,
-    ToolNotFoundError, ToolTimeoutError, error_info, error_message, error_result,
-)
+from dsh_actors import DefinitionError, HarnessError, ToolArgsError, ToolTimeoutError, error_result
+from dsh_actors.core.errors import CodeRunFailedError, OutputSchemaError, ToolNotFoundError, error_info, error_message
 
 
 def test_every_harness_error_carries_its_class_name_and_a_stable_code():

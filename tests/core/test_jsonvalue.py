@@ -7,10 +7,7 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from dsh_actors import (
-    FrozenDict, FrozenList, FrozenValueError, NotLosslessJSONError, check_lossless, detach,
-    is_lossless, snapshot, thaw,
-)
+from dsh_actors.core.jsonvalue import FrozenDict, FrozenList, FrozenValueError, NotLosslessJSONError, check_lossless, detach, is_lossless, snapshot, thaw
 from dsh_actors.core.jsonvalue import json_equal
 
 json_values = st.recursive(

@@ -1,8 +1,7 @@
 import pytest
 
-from dsh_actors import (
-    OutputSchemaError, UnreachableVariantError, assert_supported_output_schema, validate_structured_value,
-)
+from dsh_actors.core.errors import OutputSchemaError, UnreachableVariantError
+from dsh_actors.core.output_schema import assert_supported_output_schema, validate_structured_value
 
 SUPPORTED = "(subset: type/properties/required/additionalProperties/items/enum/const + annotations)"
 

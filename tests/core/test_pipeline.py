@@ -3,10 +3,9 @@ import logging
 
 import pytest
 
-from dsh_actors import (
-    AbortController, ExecutionToken, FrozenValueError, ToolExecutionInput, accept, allow, ask, block,
-    deny, text_block,
-)
+from dsh_actors import AbortController, ToolExecutionInput, accept, allow, ask, block, deny, text_block
+from dsh_actors.core.jsonvalue import FrozenValueError
+from dsh_actors.core.types import ExecutionToken
 from dsh_actors.core import pipeline
 
 from .helpers import call, echo, registry_with
@@ -553,3 +552,22 @@ def test_a_tool_body_sees_the_callers_signal():
     registry = registry_with(echo(execute=lambda a, ctx: seen.append(ctx.signal) or []))
     run(registry, call(signal=controller.signal))
     assert seen == [controller.signal]
+
+
+def test_scoped_and_global_listeners_share_one_registration_order():
+    registry = registry_with(echo())
+    log = []
+
+    def hear(tag):
+        return lambda e, n: log.append(f"{e.agent}:{tag}") or n()
+
+    scope = registry.scope("a1")
+    registry.on("tools/pre-execute", hear("global-1"))
+    scope.on("tools/pre-execute", hear("scoped-2"))
+    registry.on("tools/pre-execute", hear("global-3"), prepend=True)
+    scope.on("tools/pre-execute", hear("scoped-4"), prepend=True)
+    registry.on("tools/pre-execute", hear("global-5"))
+    asyncio.run(scope.execute(call(arguments={"text": "x"})))
+    asyncio.run(registry.scope("a2").execute(call(arguments={"text": "x"})))
+    assert log == ["a1:scoped-4", "a1:global-3", "a1:global-1", "a1:scoped-2", "a1:global-5",
+                   "a2:global-3", "a2:global-1", "a2:global-5"]

@@ -3,10 +3,9 @@ import asyncio
 import pytest
 from hypothesis import given, strategies as st
 
-from dsh_actors import (
-    DefinitionError, ToolArgsError, UnreachableVariantError, define_tool,
-    schema_spec_to_json_schema, validate_args,
-)
+from dsh_actors import DefinitionError, ToolArgsError, define_tool
+from dsh_actors.core.errors import UnreachableVariantError
+from dsh_actors.core.schema import schema_spec_to_json_schema, validate_args
 from dsh_actors.core.jsonvalue import is_lossless
 
 FILE_SPEC = {

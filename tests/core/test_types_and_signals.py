@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from dsh_actors import (
-    AbortController, AbortError, ExecutionToken, FrozenValueError, TimeoutReason, ToolExecution,
-    ToolExecutionResult, any_signal, deadline_signal,
-)
+from dsh_actors import AbortController, AbortError, ToolExecution, ToolExecutionResult
+from dsh_actors.core.jsonvalue import FrozenValueError
+from dsh_actors.core.signal import TimeoutReason, any_signal, deadline_signal
+from dsh_actors.core.types import ExecutionToken
 
 
 def test_an_execution_token_has_equality_only_and_keeps_it_across_pickling():

@@ -166,9 +166,11 @@ def test_arguments_nested_past_the_limit_are_invalid_input_not_a_recursion_error
     assert result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}
 
 
-def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry):
-    """SIGKILL of the hub while a call waits on its signal: Ray restarts the hub, the
-    executor re-opens its wait, the client re-sends the abort, and the body sees it."""
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry, kill):
+    """The hub dies while a call waits on its signal: Ray restarts it (SIGKILL) or the
+    registry starts a successor (ray.kill); the executor re-opens its wait, the client
+    re-sends the abort, and the body sees it. Later calls abort as before."""
     from dsh_actors import AbortController
 
     started = Recorder.remote()
@@ -179,22 +181,30 @@ def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry
         return [text_block(f"stopped: {reason}")]
 
     registry.register(define_tool(name="waits", description="x", parameters={}, execute=waits)).result(T)
-    hub = ray.get(registry._handle().signal_hub.remote(), timeout=T)
+    hub = ray.get(registry._handle().signal_hub.remote(), timeout=T).handle
 
-    async def scenario():
+    async def aborted_call(call_id, kill_first):
         controller = AbortController()
-        call = asyncio.ensure_future(registry.execute(call_id="s", name="waits", arguments={},
+        call = asyncio.ensure_future(registry.execute(call_id=call_id, name="waits", arguments={},
                                                       signal=controller.signal))
         deadline = time.monotonic() + 60
-        while not await started.all.remote() and time.monotonic() < deadline:
+        while len(await started.all.remote()) < int(call_id) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        os.kill(await hub.__ray_call__.remote(lambda self: os.getpid()), signal.SIGKILL)
-        await asyncio.sleep(0.5)
-        controller.abort("user pressed stop")
+        if kill_first:
+            if kill == "ray.kill":
+                ray.kill(hub)
+            else:
+                os.kill(await hub.__ray_call__.remote(lambda self: os.getpid()), signal.SIGKILL)
+            await asyncio.sleep(0.5)
+        controller.abort(f"user pressed stop {call_id}")
         return await asyncio.wait_for(call, T)
 
-    result = asyncio.run(scenario())
-    assert result.text == "stopped: user pressed stop" and not result.is_error
+    async def scenario():
+        return await aborted_call("1", True), await aborted_call("2", False)
+
+    during, after = asyncio.run(scenario())
+    assert during.text == "stopped: user pressed stop 1" and not during.is_error
+    assert after.text == "stopped: user pressed stop 2" and not after.is_error
 
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])

@@ -53,7 +53,7 @@ def test_a_plugins_registrations_go_away_when_the_driver_that_made_it_dies(regis
     assert names(registry) == ["direct"]
     chains = registry._handle()
     import ray
-    _, plan = ray.get(chains.base_plan.remote(None), timeout=T)
+    _, plan, _ = ray.get(chains.base_plan.remote(), timeout=T)
     assert plan.pre_execute == ()
 
 

@@ -1,6 +1,7 @@
 """Registry and agent scope actors: registration, shadowing, restrictions, guards, views."""
 
 import asyncio
+import time
 
 import pytest
 import ray
@@ -107,8 +108,45 @@ def test_closing_a_scope_disposes_its_tools_restrictions_guards_and_listeners(re
     scope.guard(lambda e: "no").result(T)
     scope.on("tools/pre-execute", lambda e, n: {"kind": "deny", "reason": "listener"}).result(T)
     assert ex(scope).text == "Error: listener"
+    handle = asyncio.run(registry._scope_handle("a1"))
     scope.close().result(T)
     assert ex(scope, text="plain").text == "plain"
+    # The closed scope's actor is released and the id serves a new, empty scope.
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(handle.ping.remote(), timeout=T)
+    scope.register(echo("again")).result(T)
+    assert names(scope.visible().result(T)) == ["echo", "again"]
+
+
+def test_scoped_and_global_listeners_run_in_one_registration_order(registry):
+    """Prepends before appends (the latest prepend first), appends in registration order —
+    across the registry and the scope actor, as in one process; other agents hear only
+    the global listeners."""
+    from .fixtures import Recorder
+
+    heard = Recorder.remote()
+    registry.register(echo()).result(T)
+
+    def listener(tag):
+        def hear(e, n):
+            heard.add.remote(f"{e.agent}:{tag}")
+            return n()
+        return hear
+
+    scope = registry.scope("ordered")
+    registry.on("tools/pre-execute", listener("global-1")).result(T)
+    scope.on("tools/pre-execute", listener("scoped-2")).result(T)
+    registry.on("tools/pre-execute", listener("global-3"), prepend=True).result(T)
+    scope.on("tools/pre-execute", listener("scoped-4"), prepend=True).result(T)
+    registry.on("tools/pre-execute", listener("global-5")).result(T)
+    ex(scope, call_id="1", text="x")
+    ex(registry.scope("other"), call_id="2", text="x")
+    expected = ["ordered:scoped-4", "ordered:global-3", "ordered:global-1", "ordered:scoped-2", "ordered:global-5",
+                "other:global-3", "other:global-1", "other:global-5"]
+    deadline = time.monotonic() + T
+    while len(ray.get(heard.all.remote(), timeout=T)) < len(expected) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.get(heard.all.remote(), timeout=T) == expected
 
 
 def test_a_change_listener_runs_in_the_registry_and_can_refuse_a_registration(registry):

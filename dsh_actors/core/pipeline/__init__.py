@@ -5,7 +5,8 @@
 
 :func:`execute` runs a call end to end against an :class:`ExecutionPlan`; the staged
 functions :func:`prepare`, :func:`dispatch`, :func:`finalize` and :func:`finish` are
-the same pipeline in pieces (``execute`` is exactly them composed), for schedulers that
+the same pipeline in pieces (``execute`` is exactly them composed; :func:`run` and
+:func:`gate` start from an execution already created), for schedulers that
 interleave calls. The harness owns the outermost layer: any failure in any stage
 becomes exactly one error result, and every call ends in exactly one ``tools/result``
 notification. Which failures still go through post-execute:
@@ -58,8 +59,10 @@ __all__ = [
     "execute",
     "finalize",
     "finish",
+    "gate",
     "parse_result",
     "prepare",
+    "run",
     "run_chain",
     "settle",
 ]
@@ -99,6 +102,12 @@ async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken 
         return Step("final", execution, None, _failed(exc))
     if failure is not None:
         return Step("final", execution, plan, ToolExecutionResult(failure))
+    return await gate(execution, plan)
+
+
+async def gate(execution: ToolExecution, plan: ExecutionPlan) -> Step:
+    """Run pre-execute, approval and guards for an execution already created (the Ray
+    runtime creates it in the caller's process and rebuilds it where it runs)."""
     execution._resolve(plan.tools.get(execution.name))
     try:
         decision = await run_pre_execute(execution, plan)
@@ -140,9 +149,17 @@ async def finalize(step: Step) -> ToolExecutionResult:
     return finish(step.execution, result, step.plan)
 
 
-async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> ToolExecutionResult:
-    """Run one call through the whole pipeline; never raises (cancellation propagates)."""
-    step = await prepare(source, plan_for, token=token)
+async def _complete(step: Step) -> ToolExecutionResult:
     if step.stage == "dispatch":
         step = await dispatch(step)
     return await finalize(step)
+
+
+async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> ToolExecutionResult:
+    """Run one call through the whole pipeline; never raises (cancellation propagates)."""
+    return await _complete(await prepare(source, plan_for, token=token))
+
+
+async def run(execution: ToolExecution, plan: ExecutionPlan) -> ToolExecutionResult:
+    """:func:`execute` for an execution already created, against its plan."""
+    return await _complete(await gate(execution, plan))

@@ -1,0 +1,193 @@
+"""Sending calls: the caller's side of every execution on Ray.
+
+:class:`Dispatcher` (one per registry per process) creates each call's execution once —
+here, in the caller's process — and sends it as one envelope to an executor actor
+picked from :class:`ExecutorPool`; it resubmits when the executor answers *stale* or
+*need plan* (nothing ran), and finishes the call here when its input was unusable or
+its executor died, so the caller always gets exactly one result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+import ray
+
+from ..core.errors import error_result
+from ..core.pipeline import finish
+from ..core.pipeline.create import create_execution
+from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
+from .errors import ACTOR_GONE, WorkerCrashedError, died_for_good, translate
+from .executor import cancel_task
+from .link import RegistryLink
+from .plans import PlanCache, fetch_plan
+from .signals import portable_reason, publish_signal
+from .version import version_key
+from .wire import Outcome, PlanTicket, pack_call
+
+__all__ = ["CallInput", "Dispatcher", "ExecutorPool", "dispatcher"]
+
+_STALE_RETRIES = 3
+SICK_S = 5.0
+"""How long a process avoids an executor that just failed a call (Ray is restarting it)."""
+_FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
+
+
+class CallInput(Mapping[str, Any]):
+    """The caller's input with some fields overridden (a scope sets ``agent``), read lazily
+    so creation reads each field once and turns a raising getter into the call's result,
+    exactly as in one process."""
+
+    def __init__(self, call: Any, overrides: Mapping[str, Any]) -> None:
+        self._call = call
+        self._overrides = overrides
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        if key in self._overrides:
+            return True
+        if self._call is None:
+            return False
+        if isinstance(self._call, Mapping):
+            return key in self._call
+        return True  # attributes: read (and let a getter raise) in __getitem__
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._overrides:
+            return self._overrides[key]
+        if isinstance(self._call, Mapping):
+            return self._call[key]
+        return getattr(self._call, key, None)
+
+    def __iter__(self) -> Any:
+        return iter(_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_FIELDS)
+
+
+class ExecutorPool:
+    """This process's view of a registry's executor actors, picked in turn.
+
+    An executor that failed a call is avoided for :data:`SICK_S` while Ray restarts it
+    (calls sent to a restarting actor fail at once, and executions never retry); one that
+    died for good is reported to the registry, which replaces it, and the view refreshed.
+    """
+
+    def __init__(self, link: RegistryLink) -> None:
+        self._link = link
+        self._handles: list[Any] = []
+        self._incarnation = -1  # of the registry the handles came from
+        self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
+        self._next = 0
+
+    async def pick(self) -> Any:
+        if not self._handles or self._incarnation != self._link.incarnation:
+            self._link.actor()
+            self._incarnation = self._link.incarnation
+            self._handles = list(await self._link.call("executors"))
+        now = time.monotonic()
+        for _ in range(len(self._handles)):
+            self._next = (self._next + 1) % len(self._handles)
+            handle = self._handles[self._next]
+            if self._sick.get(handle._actor_id, 0.0) <= now:
+                return handle
+        return self._handles[self._next]  # all recently failed: try anyway
+
+    def failed(self, handle: Any, died: bool) -> None:
+        self._sick[handle._actor_id] = time.monotonic() + SICK_S
+        if not died:
+            return
+        self._handles = []
+        try:
+            self._link.actor().replace_executor.remote(handle._actor_id.hex())
+        except Exception:
+            pass  # the registry is gone too: the next call reports that
+
+
+class Dispatcher:
+    """Sends calls to one registry's executors (see the module docs)."""
+
+    def __init__(self, link: RegistryLink) -> None:
+        self._link = link
+        self._plans = PlanCache(link)
+        self._pool = ExecutorPool(link)
+        self._key = version_key(link.namespace, link.name)
+
+    async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
+        """Run one call; ``cancel_box`` receives the executor task's ref (to cancel it)."""
+        execution, failure = create_execution(source, ExecutionToken())
+        ticket: PlanTicket | None = None
+        unpublish: Callable[[], None] | None = None
+        try:
+            if failure is not None:  # unusable input never leaves this process
+                ticket = await self._plans.ticket(execution.agent)
+                return await self._finish_here(execution, ticket, failure)
+            signal = execution.signal
+            signal_id = aborted = hub = None
+            if signal is not None:
+                hub = await self._link.signal_hub()
+                if signal.aborted:
+                    aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
+                else:
+                    signal_id, unpublish = publish_signal(signal, hub)
+            attempt, box = 0, None
+            while True:
+                if ticket is None:
+                    ticket = await self._plans.ticket(execution.agent, refresh=attempt > 0)
+                check = None if attempt >= _STALE_RETRIES or self._plans.current(ticket) else ticket.version
+                envelope = pack_call(execution, version=check, plan_id=ticket.plan_id, key=self._key,
+                                     signal_id=signal_id, aborted=aborted)
+                executor = await self._pool.pick()
+                ref = executor.execute.remote(envelope) if box is None and hub is None \
+                    else executor.execute.remote(envelope, box, hub)
+                cancel_box[:] = [ref]
+                try:
+                    outcome = Outcome.read(await ref)
+                except ACTOR_GONE as exc:
+                    # The executor died under the call (a body that killed its process, a
+                    # ray.kill, a lost node): this call gets one result; the pool heals.
+                    self._pool.failed(executor, died=died_for_good(exc))
+                    raise WorkerCrashedError(
+                        f'the worker running tool call "{execution.name}" ({execution.call_id}) died before it '
+                        f"finished (its executor actor is gone)") from exc
+                if outcome.value is not None:
+                    return outcome.value
+                if outcome.kind == "need_plan":  # that executor has not cached this plan yet
+                    box = ticket.plan_box
+                    continue
+                attempt, ticket, box = attempt + 1, None, None  # stale: a fresh plan, again
+        except asyncio.CancelledError:
+            if cancel_box:
+                cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too
+            raise
+        except Exception as exc:
+            what = f'tool call "{execution.name}" ({execution.call_id})'
+            return await self._finish_here(execution, ticket, error_result(translate(exc, what=what)))
+        finally:
+            if unpublish is not None:
+                unpublish()
+
+    async def _finish_here(self, execution: ToolExecution, ticket: PlanTicket | None,
+                           failure: Mapping[str, Any]) -> ToolExecutionResult:
+        """Finish a call in this process: its input was unusable, or its worker died or was
+        cancelled. Observers still hear it once; the caller still gets exactly one result."""
+        plan = await fetch_plan(ticket) if ticket is not None else None
+        return finish(execution, failure, plan)
+
+
+_DISPATCHERS: dict[int, Dispatcher] = {}
+_DISPATCHERS_LOCK = threading.Lock()
+
+
+def dispatcher(link: RegistryLink) -> Dispatcher:
+    """The process's dispatcher for ``link``'s registry."""
+    with _DISPATCHERS_LOCK:
+        found = _DISPATCHERS.get(id(link))
+        if found is None:
+            found = _DISPATCHERS[id(link)] = Dispatcher(link)
+        return found

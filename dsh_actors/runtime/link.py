@@ -1,0 +1,112 @@
+"""This process's link to one registry: its actors' handles, re-resolved when seen dead.
+
+Every client of a registry in a process (registries, scopes, plugins, the dispatcher,
+Code Mode sub-calls) shares one :class:`RegistryLink`, so a handle found dead by one of
+them is replaced for all. A dead registry is resolved again by name (``connect`` made a
+fresh one, which its owners register into again); a dead scope actor is replaced by the
+registry from that agent's journal; the signal hub is asked of the registry again.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ray
+
+from .errors import DEAD_ACTORS, RegistryUnavailableError, ScopeUnavailableError, remote_call
+
+__all__ = ["RegistryLink", "link"]
+
+
+def _dead(handle: Any) -> bool:
+    return handle is None or handle._actor_id.hex() in DEAD_ACTORS
+
+
+class RegistryLink:
+    """Handles of one registry's actors, for this process (see the module docs).
+
+    ``incarnation`` counts the registry actors this link has seen: whatever a client
+    cached for an older one (plans, executors) no longer holds.
+    """
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.incarnation = 0
+        self._actor: Any = None
+        self._scopes: dict[str, Any] = {}
+        self._hub: Any = None
+        self._lock = threading.Lock()
+
+    def adopt(self, handle: Any) -> None:
+        """Use ``handle`` (just created or looked up by ``connect``) for the registry."""
+        with self._lock:
+            if handle is not None and (self._actor is None or self._actor._actor_id != handle._actor_id):
+                self._switch(handle)
+
+    def _switch(self, handle: Any) -> None:
+        self._actor = handle
+        self.incarnation += 1
+        self._hub = None
+        self._scopes.clear()
+
+    def actor(self) -> Any:
+        """The registry actor's handle; raises :class:`RegistryUnavailableError` when the
+        registry is gone for good."""
+        actor = self._actor
+        if not _dead(actor):
+            return actor
+        gone = RegistryUnavailableError(
+            f'registry "{self.name}" is gone (killed or shut down); ToolRegistry.connect({self.name!r}) '
+            "makes a fresh one, which its owners must register into again")
+        try:
+            actor = ray.get_actor(self.name, namespace=self.namespace)
+        except ValueError:
+            raise gone from None
+        if _dead(actor):
+            raise gone
+        with self._lock:
+            if self._actor is None or self._actor._actor_id != actor._actor_id:
+                self._switch(actor)
+        return actor
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Await one registry method; Ray's failures become ``REGISTRY_UNAVAILABLE`` & co."""
+        return await remote_call(getattr(self.actor(), method), *args, unavailable=RegistryUnavailableError,
+                                 what="the registry")
+
+    async def scope(self, agent: str) -> Any:
+        """The scope actor of ``agent`` (made on first use; one seen dead is replaced)."""
+        handle = self._scopes.get(agent)
+        if handle is None or _dead(handle):
+            dead = None if handle is None else handle._actor_id.hex()
+            handle = await self.call("ensure_scope", agent, dead)
+            self._scopes[agent] = handle
+        return handle
+
+    async def call_scope(self, agent: str, method: str, *args: Any) -> Any:
+        handle = await self.scope(agent)
+        return await remote_call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+                                 what=f"the scope of agent {agent!r}")
+
+    def forget_scope(self, agent: str) -> None:
+        self._scopes.pop(agent, None)
+
+    async def signal_hub(self) -> Any:
+        if self._hub is None:
+            self._hub = await self.call("signal_hub")
+        return self._hub
+
+
+_LINKS: dict[tuple[str, str], RegistryLink] = {}
+_LINKS_LOCK = threading.Lock()
+
+
+def link(name: str, namespace: str) -> RegistryLink:
+    """This process's link to registry ``name`` in ``namespace``."""
+    with _LINKS_LOCK:
+        found = _LINKS.get((namespace, name))
+        if found is None:
+            found = _LINKS[(namespace, name)] = RegistryLink(name, namespace)
+        return found

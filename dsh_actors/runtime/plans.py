@@ -1,0 +1,136 @@
+"""Plan tickets and the version subscription, as one process caches them per registry.
+
+A call names the plan it runs by a :class:`~.wire.PlanTicket` (the registry version and
+the plan's object ref). :class:`PlanCache` keeps one ticket per scope and drops them all
+when the registry's version moves; :class:`Subscription` tells it when, so a call made
+while the subscription's lease is live skips the per-call version check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Callable
+
+import ray
+
+from ..core.pipeline import ExecutionPlan
+from .errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, ScopeUnavailableError
+from .link import RegistryLink
+from .response import background_loop
+from .wire import HEARTBEAT_S, LEASE_S, PlanTicket
+
+__all__ = ["PlanCache", "Subscription", "fetch_plan"]
+
+_FETCHED: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
+
+
+async def fetch_plan(ticket: PlanTicket) -> ExecutionPlan | None:
+    """The plan behind ``ticket`` in this process (a few kept), or ``None`` if it is lost."""
+    plan = _FETCHED.get(ticket.plan_id)
+    if plan is None:
+        try:
+            plan = await ticket.plan_box[0]
+        except RAY_ERROR:
+            return None
+        _FETCHED[ticket.plan_id] = plan
+        if len(_FETCHED) > 64:
+            _FETCHED.popitem(last=False)
+    return plan
+
+
+class Subscription:
+    """This process's subscription to one registry's version (see ``RegistryActor``).
+
+    A poller on the background loop keeps ``known`` current and renews the lease; while
+    the lease is live, a ticket of version ``known`` is current and calls skip the
+    per-call version read.
+    """
+
+    def __init__(self, link: RegistryLink, on_change: Callable[[int], None]) -> None:
+        self._link = link
+        self._on_change = on_change
+        self._id = uuid.uuid4().hex
+        self.known = 0
+        self._valid_until = 0.0
+        self._started = False
+        self._lock = threading.Lock()
+
+    def current(self, version: int) -> bool:
+        """``True`` when ``version`` is the registry's version as of a live lease."""
+        if not self._started:
+            self._start()
+            return False
+        return version == self.known and time.monotonic() < self._valid_until
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        asyncio.run_coroutine_threadsafe(self._poll(), background_loop())
+
+    async def _poll(self) -> None:
+        try:
+            await self._poll_until_gone()
+        finally:
+            self._valid_until = 0.0
+            self._started = False  # the next call starts a new poller if it can
+
+    async def _poll_until_gone(self) -> None:
+        handle = self._link.actor()
+        while ray.is_initialized():  # never re-initialise Ray from this thread after shutdown
+            sent = time.monotonic()
+            try:
+                version = await handle.subscribe.remote(self._id, self.known)
+            except ACTOR_GONE:
+                return  # the registry is gone; calls fall back to checking the version
+            except RAY_ERROR:
+                self._valid_until = 0.0
+                await asyncio.sleep(HEARTBEAT_S)
+                continue
+            if version != self.known:
+                self._valid_until = 0.0
+                self._on_change(version)
+                self.known = version
+            # The registry renewed our lease on receiving this poll (after ``sent``).
+            self._valid_until = sent + LEASE_S
+
+
+class PlanCache:
+    """One ticket per scope (``None``: calls with no agent), dropped on every change."""
+
+    def __init__(self, link: RegistryLink) -> None:
+        self._link = link
+        self._tickets: dict[str | None, PlanTicket] = {}
+        self._incarnation = link.incarnation
+        self.subscription = Subscription(link, lambda version: self._tickets.clear())
+
+    def current(self, ticket: PlanTicket) -> bool:
+        """Whether a call may skip the version check for ``ticket``."""
+        return self.subscription.current(ticket.version)
+
+    async def ticket(self, agent: str | None, *, refresh: bool = False) -> PlanTicket:
+        if self._incarnation != self._link.incarnation:  # a new registry: nothing cached holds
+            self._tickets.clear()
+            self._incarnation = self._link.incarnation
+        ticket = None if refresh else self._tickets.get(agent)
+        if ticket is None:
+            ticket = await (self._link.call("plan") if agent is None else self._scope_ticket(agent))
+            self._tickets[agent] = ticket
+        return ticket
+
+    async def _scope_ticket(self, agent: str) -> PlanTicket:
+        for last_try in (False, True):
+            handle = await self._link.scope(agent)
+            try:
+                return await self._link.call_scope(agent, "plan")  # type: ignore[no-any-return]
+            except ScopeUnavailableError:
+                # A scope seen dead is replaced from its journal by the next scope();
+                # asking for a plan runs nothing, so asking again is safe.
+                if last_try or handle._actor_id.hex() not in DEAD_ACTORS:
+                    raise
+        raise AssertionError("unreachable")
