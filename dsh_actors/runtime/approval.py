@@ -25,7 +25,7 @@ from .errors import ACTOR_GONE, RAY_ERROR, translate
 from .response import NamedActorClient, Response
 from .wire import approvals_actor_name, session_actor_name
 
-__all__ = ["ActorApproval", "ApprovalQueue", "ApprovalQueueActor", "POLICIES", "check_policy"]
+__all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "POLICIES", "check_policy"]
 
 POLICIES = ("ask", "never")
 ANSWERS = ("allowed-once", "rejected")
@@ -45,7 +45,11 @@ class _Pending:
         self.info = info
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+APPROVALS_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
+"""Options of the approval queue actor (a dead one is mounted again, not restarted)."""
+
+
+@ray.remote
 class ApprovalQueueActor:
     """Pending asks, their answers, the policy, and the session-log records."""
 

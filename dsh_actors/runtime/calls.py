@@ -135,14 +135,13 @@ class Dispatcher:
                     aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
                 else:
                     signal_id, unpublish = publish_signal(signal, hub)
-            attempt, box = 0, None
+            attempt, box, executor = 0, None, await self._pool.pick()
             while True:
                 if ticket is None:
                     ticket = await self._plans.ticket(execution.agent, refresh=attempt > 0)
                 check = None if attempt >= _STALE_RETRIES or self._plans.current(ticket) else ticket.version
                 envelope = pack_call(execution, version=check, plan_id=ticket.plan_id, key=self._key,
                                      signal_id=signal_id, aborted=aborted)
-                executor = await self._pool.pick()
                 ref = executor.execute.remote(envelope) if box is None and hub is None \
                     else executor.execute.remote(envelope, box, hub)
                 cancel_box[:] = [ref]
@@ -157,10 +156,11 @@ class Dispatcher:
                         f"finished (its executor actor is gone)") from exc
                 if outcome.value is not None:
                     return outcome.value
-                if outcome.kind == "need_plan":  # that executor has not cached this plan yet
+                if outcome.kind == "need_plan":  # that executor has not cached this plan: send it the ref
                     box = ticket.plan_box
                     continue
-                attempt, ticket, box = attempt + 1, None, None  # stale: a fresh plan, again
+                # stale: a fresh plan, again (on whichever executor is next)
+                attempt, ticket, box, executor = attempt + 1, None, None, await self._pool.pick()
         except asyncio.CancelledError:
             if cancel_box:
                 cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too

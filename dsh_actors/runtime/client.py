@@ -30,7 +30,7 @@ from .errors import RAY_ERROR, RegistryUnavailableError
 from .executor import cancel_task
 from .link import RegistryLink, link
 from .local import ensure_ray
-from .registry_actor import RegistryActor
+from .registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .response import Response
 from .revive import live_actor
 from .wire import DEFAULT_NAMESPACE
@@ -66,7 +66,7 @@ class Disposer:
 # --- the owner anchor: fate-sharing plugins with the process that made them -------------
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote
 class _OwnerAnchor:
     """A tiny actor owned by one client process: Ray kills it when that process dies,
     which tells the registry to dispose that process's plugins."""
@@ -83,7 +83,7 @@ def _process_anchor() -> Any:
     global _anchor
     with _anchor_lock:
         if _anchor is None:
-            _anchor = _OwnerAnchor.remote()  # type: ignore[attr-defined]
+            _anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
         return _anchor
 
 
@@ -161,7 +161,8 @@ class ToolRegistry(_Registrar):
         if code_dispatch not in ("queue-actor", "in-task"):
             raise DefinitionError(f'code_dispatch must be "queue-actor" or "in-task"; got {code_dispatch!r}')
         ensure_ray()
-        options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
+        options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True,
+                                   **REGISTRY_OPTIONS}
         if detached:
             options["lifetime"] = "detached"
         handle, config = live_actor(

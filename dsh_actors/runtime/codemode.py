@@ -38,7 +38,7 @@ from .link import link
 from .signals import portable_reason
 from .wire import session_actor_name
 
-__all__ = ["DISPATCH_MODES", "CodeRunQueue", "ray_run_code"]
+__all__ = ["DISPATCH_MODES", "QUEUE_OPTIONS", "CodeRunQueue", "ray_run_code"]
 
 
 _OPEN_TRIES = 20
@@ -52,7 +52,11 @@ class _Run:
         self.controller = AbortController()
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"control": 2})  # type: ignore[call-overload]
+QUEUE_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
+"""Options of a Code Mode queue actor (applied where the registry starts it)."""
+
+
+@ray.remote(concurrency_groups={"control": 2})  # type: ignore[call-overload]  # groups: declared with the class
 class CodeRunQueue:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 

@@ -42,7 +42,7 @@ def _server(spec: str | Mapping[str, Any]) -> Any:
     return StdioServerParameters(command=spec["command"], args=list(spec.get("args", [])), env=spec.get("env"))
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote
 class McpServerActor:
     """Owns one MCP connection. anyio scopes must exit in the task that entered them, so
     one long-lived task holds the client and serves requests from a queue."""
@@ -145,7 +145,7 @@ class McpPlugin:
                       prefix: str | None = None, timeout_s: float = 30.0) -> "McpPlugin":
         """Start the connection, discover the tools, register them as ``<prefix><tool>``."""
         _server(server)  # misuse fails here, before anything starts
-        actor = McpServerActor.remote()  # type: ignore[attr-defined]
+        actor = McpServerActor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
         try:
             listed = await actor.start.remote(server, timeout_s)
         except ray.exceptions.RayTaskError as exc:

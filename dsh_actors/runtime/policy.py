@@ -29,7 +29,7 @@ import ray
 
 from ..core.errors import error_message
 from ..core.types import ToolExecutionResult
-from .errors import PolicyUnavailableError, translate
+from .errors import RAY_ERROR, PolicyUnavailableError, translate
 
 __all__ = ["CONTINUE", "ActorListener", "Continue", "actor_listener"]
 
@@ -65,13 +65,14 @@ class ActorListener:
     async def _ask(self, method: str, *args: Any) -> Any:
         ref = getattr(self.handle, method).remote(*args)
         try:
-            return await asyncio.wait_for(ref, self.timeout_s)
-        except (asyncio.TimeoutError, ray.exceptions.GetTimeoutError):
+            async with asyncio.timeout(self.timeout_s):  # no Task per call, unlike wait_for
+                return await ref
+        except TimeoutError:  # asyncio's, and Ray's GetTimeoutError
             ray.cancel(ref)
             raise PolicyUnavailableError(
                 f'policy actor method "{method}" did not answer within {self.timeout_s}s; the call fails closed'
             ) from None
-        except ray.exceptions.RayError as exc:
+        except RAY_ERROR as exc:
             mapped = translate(exc, actor=PolicyUnavailableError, what=f'policy actor method "{method}"')
             if isinstance(mapped, BaseException) and mapped is not exc:
                 raise mapped from None

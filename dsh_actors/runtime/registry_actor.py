@@ -24,18 +24,18 @@ from ..core.errors import error_message
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import Chains, RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
-from .approval import ActorApproval, ApprovalQueueActor, check_policy
-from .codemode import CodeRunQueue, ray_run_code
+from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy
+from .codemode import QUEUE_OPTIONS, CodeRunQueue, ray_run_code
 from .errors import ACTOR_GONE, RegistryUnavailableError
 from .executor import ExecutorActor
 from .placement import execution_options
 from .revive import live_actor_async
-from .scope_actor import ScopeActor
-from .signals import HubRef, SignalHub
+from .scope_actor import SCOPE_OPTIONS, ScopeActor
+from .signals import HUB_OPTIONS, HubRef, SignalHub
 from .version import read_version, version_key, write_version
 from .wire import HEARTBEAT_S, LEASE_S, PlanTicket, approvals_actor_name, scope_actor_name
 
-__all__ = ["RegistryActor", "RegistryCore"]
+__all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryCore"]
 
 log = logging.getLogger("dsh_actors.runtime")
 
@@ -135,7 +135,13 @@ class _Subscriber:
         self.lease_until = 0.0
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+REGISTRY_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
+"""Options of a registry actor (its state is not durable: a dead one is made afresh)."""
+EXECUTOR_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
+"""Options of an executor actor (restarted by Ray; its calls are never retried)."""
+
+
+@ray.remote
 class RegistryActor:
     """Ray shell over :class:`RegistryCore`. Its methods are what clients call.
 
@@ -150,12 +156,13 @@ class RegistryActor:
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
                  code_runtime: Any = None, code_dispatch: str = "in-task", queues: int = 2,
                  executors: int | None = None, executor_concurrency: int = 10_000) -> None:
+        self._name, self._namespace = name, namespace
         key = version_key(namespace, name)
         transport = None
         self._queues: list[Any] = []
         if mode != "native":
             if code_dispatch == "queue-actor":
-                self._queues = [CodeRunQueue.remote(name, namespace) for _ in range(queues)]  # type: ignore[attr-defined]
+                self._queues = [self._new_queue() for _ in range(queues)]
             transport = ray_run_code(mode, name, namespace, self._queues, code_runtime, code_dispatch)
         self._mode, self._code_runtime = mode, code_runtime
         self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), transport=transport)
@@ -169,7 +176,6 @@ class RegistryActor:
         self._subscribers: dict[str, _Subscriber] = {}
         self._hub: Any = None
         self._approvals: Any = None
-        self._name, self._namespace = name, namespace
         self._executor_count, self._executor_concurrency = executors, executor_concurrency
         self._executors: list[Any] = []
         self.executors()  # created with the registry: the first call finds them started
@@ -303,7 +309,7 @@ class RegistryActor:
                 self._approvals = None  # killed: mount a new queue (pending asks were denied)
         if self._approvals is None:
             self._approvals, _ = await live_actor_async(
-                lambda: ApprovalQueueActor.options(  # type: ignore[attr-defined]
+                lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
                     name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
                     get_if_exists=True,
                 ).remote(self._core.namespace, check_policy(policy or "ask")),
@@ -331,7 +337,7 @@ class RegistryActor:
         actor). ``dead`` is the id of a hub a client saw die for good: if it is the one on
         record, a successor starts (a hub whose process died is restarted by Ray)."""
         if self._hub is None or (dead is not None and self._hub._actor_id.hex() == dead):
-            self._hub = SignalHub.remote()  # type: ignore[attr-defined]
+            self._hub = SignalHub.options(**HUB_OPTIONS).remote()  # type: ignore[attr-defined]
         return HubRef(self._name, self._namespace, self._hub)
 
     # scopes
@@ -356,7 +362,7 @@ class RegistryActor:
             handle = None
         if handle is None:
             options: dict[str, Any] = {"name": scope_actor_name(self._core.name, agent),
-                                       "namespace": self._core.namespace}
+                                       "namespace": self._core.namespace, **SCOPE_OPTIONS}
             if self._detached:
                 options["lifetime"] = "detached"
             handle = ScopeActor.options(**options).remote(  # type: ignore[attr-defined]
@@ -387,9 +393,11 @@ class RegistryActor:
         """Executor ``index``, pinned to ``nodes[index % len(nodes)]`` (alive node ids)."""
         strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
         return ExecutorActor.options(
-            num_cpus=0, max_concurrency=self._executor_concurrency, max_restarts=-1, max_task_retries=0,
-            scheduling_strategy=strategy,
+            **EXECUTOR_OPTIONS, max_concurrency=self._executor_concurrency, scheduling_strategy=strategy,
         ).remote(self._name, self._namespace)
+
+    def _new_queue(self) -> Any:
+        return CodeRunQueue.options(**QUEUE_OPTIONS).remote(self._name, self._namespace)  # type: ignore[attr-defined]
 
     def executors(self) -> list[Any]:
         """The pool of executor actors, made on first use: ``executors`` of them (default:
@@ -411,7 +419,7 @@ class RegistryActor:
         and return it."""
         for index, handle in enumerate(self._queues):
             if handle._actor_id.hex() == dead:
-                self._queues[index] = CodeRunQueue.remote(self._name, self._namespace)  # type: ignore[attr-defined]
+                self._queues[index] = self._new_queue()
                 return self._queues[index]
         return self._queues[0] if self._queues else None
 

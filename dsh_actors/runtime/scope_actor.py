@@ -28,7 +28,7 @@ from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
 from .wire import PlanTicket
 
-__all__ = ["ScopeActor", "ScopeCore"]
+__all__ = ["SCOPE_OPTIONS", "ScopeActor", "ScopeCore"]
 
 
 class ScopeCore:
@@ -91,7 +91,11 @@ class ScopeCore:
         return [*global_names, *(n for n in self.layer.tools if n not in global_names)]
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+SCOPE_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
+"""Options of a scope actor (a dead one is replaced from its journal, not restarted)."""
+
+
+@ray.remote
 class ScopeActor:
     """Ray shell over :class:`ScopeCore`; async so plan requests never queue behind a change."""
 

@@ -24,7 +24,11 @@ __all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
 
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)  # type: ignore[call-overload]
+SESSION_OPTIONS = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 1}
+"""Options of a session log actor: one call at a time; a dead one is reopened over its file."""
+
+
+@ray.remote
 class SessionLogActor:
     """Owns one session's frame file; one call at a time, in arrival order."""
 
@@ -76,7 +80,7 @@ class SessionLog(NamedActorClient):
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
         handle, _ = live_actor(  # a log actor SIGKILLed earlier is replaced; the file is durable
-            lambda: SessionLogActor.options(  # type: ignore[attr-defined]
+            lambda: SessionLogActor.options(**SESSION_OPTIONS,  # type: ignore[attr-defined]
                 name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
             ).remote(path, fsync, fsync_interval_s),
             lambda h: h.info.remote(), what=f"session log {session_id!r}", unavailable=RayRuntimeError)

@@ -23,7 +23,7 @@ import ray
 from ..core.signal import AbortController, AbortSignal
 from .errors import ACTOR_GONE, died_for_good
 
-__all__ = ["HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "signal_of"]
+__all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "signal_of"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
 _RETRY_S = 0.2  # while the hub restarts
@@ -32,7 +32,11 @@ _RETRIES = 150  # ≈ 30 s: longer than Ray takes to restart an actor here
 
 # Restarted by Ray if its process dies: the waits open on it fail and are re-opened, and
 # aborts are re-sent until a live hub takes them (see _retrying and RemoteSignal).
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, concurrency_groups={"abort": 2})  # type: ignore[call-overload]
+HUB_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
+"""Options of a signal hub actor (applied where the registry starts it)."""
+
+
+@ray.remote(concurrency_groups={"abort": 2})  # type: ignore[call-overload]  # groups: declared with the class
 class SignalHub:
     """Holds abort reasons by signal id and wakes the tasks waiting on them.
 

@@ -300,3 +300,28 @@ def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_clust
     again.append({"type": "user/message", "content": "more"}).result(T)
     assert len(again.events().result(T)) == 2
     again.close().result(T)
+
+
+def test_an_executor_is_sent_a_plan_once_not_on_every_call(registry, monkeypatch):
+    """The plan's ref goes to the executor that asked for it; later calls find it cached
+    (a regression: the ref once went to the next executor in turn, so every call paid
+    two round trips)."""
+    from collections import Counter
+
+    from dsh_actors.runtime import calls
+
+    kinds = Counter()
+    real = calls.Outcome.read
+
+    def read(cls, raw):
+        outcome = real(raw)
+        kinds[outcome.kind] += 1
+        return outcome
+
+    monkeypatch.setattr(calls.Outcome, "read", classmethod(read))
+    registry.register(echo()).result(T)
+    scope = registry.scope("steady")
+    for i in range(40):
+        assert scope.execute(call_id=str(i), name="echo", arguments={"text": "x"}).result(T).text == "x"
+    executors = len(ray.get(registry._handle().executors.remote(), timeout=T))
+    assert kinds["result"] == 40 and kinds["need_plan"] <= executors, kinds
