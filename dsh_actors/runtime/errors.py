@@ -36,6 +36,7 @@ __all__ = [
     "WorkerCrashedError",
     "ACTOR_GONE",
     "DEAD_ACTORS",
+    "OBJECT_GONE",
     "RAY_ERROR",
     "died_for_good",
     "remote_call",
@@ -46,6 +47,8 @@ RAY_ERROR = rx.RayError
 """Every failure Ray raises (for ``except`` clauses that map it with :func:`translate`)."""
 ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError)
 """Ray's failures meaning "the actor did not run this call": dead, restarting or unreachable."""
+OBJECT_GONE = rx.ObjectLostError
+"""Ray's failure meaning "that object is gone" (its owner died, or it was evicted)."""
 
 
 def died_for_good(exc: BaseException) -> bool:

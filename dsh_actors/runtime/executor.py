@@ -36,7 +36,7 @@ from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
-from .errors import ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
+from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import portable_reason, publish_signal, signal_of
 from .version import read_version
@@ -275,7 +275,7 @@ class ExecutorCore:
             return Outcome.NEED_PLAN
         try:
             raw = await plan_box[0]
-        except ray.exceptions.ObjectLostError:
+        except OBJECT_GONE:
             return Outcome.STALE  # its scope actor went away; the client refetches (and reports it)
         plan = _Placement(plan_id, plan_box, self._signal_hub).plan(raw)
         self._plans[plan_id] = plan

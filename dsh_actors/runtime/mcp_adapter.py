@@ -20,6 +20,7 @@ import ray
 
 from ..core.errors import HarnessError, ToolTimeoutError
 from .client import Plugin, ToolRegistry
+from .errors import RAY_ERROR, translate
 
 __all__ = ["McpError", "McpPlugin", "McpServerActor"]
 
@@ -148,9 +149,9 @@ class McpPlugin:
         actor = McpServerActor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
         try:
             listed = await actor.start.remote(server, timeout_s)
-        except ray.exceptions.RayTaskError as exc:
+        except RAY_ERROR as exc:
             ray.kill(actor)
-            raise exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else McpError(str(exc)) from None
+            raise translate(exc, what=f'MCP server "{name}"') from None
         plugin = registry.plugin(f"mcp:{name}")
         head = f"{name}." if prefix is None else prefix
         for item in listed:
@@ -160,6 +161,6 @@ class McpPlugin:
     async def close(self) -> None:
         """Dispose the tools, close the connection, end its actor."""
         await self._plugin.dispose()
-        with contextlib.suppress(ray.exceptions.RayError):
+        with contextlib.suppress(RAY_ERROR):
             await self._actor.close.remote()
         ray.kill(self._actor)

@@ -15,13 +15,12 @@ from typing import Any, Callable
 import ray
 
 from ..core.errors import HarnessError
-from .errors import translate
+from .errors import ACTOR_GONE, translate
 
 __all__ = ["live_actor", "live_actor_async"]
 
 _ATTEMPTS = 40
 _PAUSE_S = 0.25
-_DEAD = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 
 def _release(handle: Any) -> None:
@@ -38,7 +37,7 @@ def live_actor(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: 
         handle = create()
         try:
             return handle, ray.get(probe(handle), timeout=120)
-        except _DEAD as exc:
+        except ACTOR_GONE as exc:
             if attempt == _ATTEMPTS - 1:
                 raise translate(exc, actor=unavailable, what=what) from None
             _release(handle)
@@ -53,7 +52,7 @@ async def live_actor_async(create: Callable[[], Any], probe: Callable[[Any], Any
         handle = create()
         try:
             return handle, await asyncio.wait_for(probe(handle), 120)
-        except _DEAD as exc:
+        except ACTOR_GONE as exc:
             if attempt == _ATTEMPTS - 1:
                 raise translate(exc, actor=unavailable, what=what) from None
             _release(handle)
