@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from typing import Any, Callable
 
 import ray
@@ -28,12 +27,13 @@ from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, chec
 from .codemode import QUEUE_OPTIONS, CodeRunQueue, ray_run_code
 from .errors import ACTOR_GONE, RegistryUnavailableError
 from .executor import ExecutorActor
+from .leases import Leases
 from .placement import execution_options
 from .revive import live_actor_async
 from .scope_actor import SCOPE_OPTIONS, ScopeActor
 from .signals import HUB_OPTIONS, HubRef, SignalHub
 from .version import read_version, version_key, write_version
-from .wire import HEARTBEAT_S, LEASE_S, PlanTicket, approvals_actor_name, scope_actor_name
+from .wire import PlanTicket, approvals_actor_name, scope_actor_name
 
 __all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryCore"]
 
@@ -127,14 +127,6 @@ class RegistryCore:
         return [d.schema() for d in self.state.plan(None).tools.values()]
 
 
-class _Subscriber:
-    __slots__ = ("acked", "lease_until")
-
-    def __init__(self) -> None:
-        self.acked = 0
-        self.lease_until = 0.0
-
-
 REGISTRY_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 """Options of a registry actor (its state is not durable: a dead one is made afresh)."""
 EXECUTOR_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
@@ -143,15 +135,10 @@ EXECUTOR_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 
 @ray.remote
 class RegistryActor:
-    """Ray shell over :class:`RegistryCore`. Its methods are what clients call.
-
-    Besides the KV version, clients may *subscribe*: a subscription poll returns at once
-    when the version moved past what the client knows, else after a change or a
-    heartbeat. A change returns only after every subscriber with a live lease has polled
-    again knowing the new version (an acknowledgement) or its lease ran out, so a client
-    with a live lease may skip the per-call version read: its knowledge is never older
-    than the last change that returned.
-    """
+    """Ray shell over :class:`RegistryCore` and the version's :class:`~.leases.Leases`;
+    its methods are what clients call. Every change returns only after each client with a
+    live lease heard of it. It also starts and replaces the actors it owns: executors,
+    scope actors, the signal hub, Code Mode queues, the approval queue."""
 
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
                  code_runtime: Any = None, code_dispatch: str = "in-task", queues: int = 2,
@@ -173,53 +160,23 @@ class RegistryActor:
         self._journals: dict[str, list[tuple[int, str, Any]]] = {}  # per agent: its scope's changes
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
-        self._subscribers: dict[str, _Subscriber] = {}
         self._hub: Any = None
         self._approvals: Any = None
         self._executor_count, self._executor_concurrency = executors, executor_concurrency
         self._executors: list[Any] = []
         self.executors()  # created with the registry: the first call finds them started
-        self._moved = asyncio.Event()  # set (and replaced) when the version moves
-        self._acked = asyncio.Event()  # set (and replaced) when any subscriber acknowledges
+        self._leases = Leases(lambda: self._core.version)
 
     # the subscription protocol
 
     async def subscribe(self, client: str, known: int) -> int:
-        """Poll: answer the current version once it is newer than ``known`` (or after a heartbeat)."""
-        sub = self._subscribers.get(client)
-        if sub is None:
-            sub = self._subscribers[client] = _Subscriber()
-        sub.lease_until = time.monotonic() + LEASE_S
-        if known > sub.acked:
-            sub.acked = known
-            self._acked.set()
-            self._acked = asyncio.Event()
-        if self._core.version > known:
-            return self._core.version
-        moved = self._moved
-        try:
-            await asyncio.wait_for(moved.wait(), HEARTBEAT_S)
-        except asyncio.TimeoutError:
-            pass
-        return self._core.version
+        """A client's long poll on the version (see :mod:`.leases`)."""
+        return await self._leases.poll(client, known)
 
     async def _settled(self, result: Any = None) -> Any:
-        """After a change: wake every poll, then wait for live subscribers to acknowledge."""
-        version = self._core.version
-        self._moved.set()
-        self._moved = asyncio.Event()
-        while True:
-            now = time.monotonic()
-            for client in [c for c, s in self._subscribers.items() if s.lease_until <= now]:
-                del self._subscribers[client]  # lease ran out: it stopped trusting its cache
-            waiting = [s for s in self._subscribers.values() if s.acked < version]
-            if not waiting:
-                return result
-            acked = self._acked
-            try:
-                await asyncio.wait_for(acked.wait(), max(0.0, min(s.lease_until for s in waiting) - now))
-            except asyncio.TimeoutError:
-                pass
+        """After a change: return ``result`` once every live subscriber heard of it."""
+        await self._leases.settled()
+        return result
 
     # registrations
 
