@@ -28,7 +28,7 @@ value into ``{content: [{type: text, text: "Error: …"}], is_error: True, error
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from .jsonvalue import compact
 
@@ -57,16 +57,21 @@ UNPRINTABLE = "<unprintable thrown value>"
 
 
 class HarnessError(Exception):
-    """Base of every error the harness raises on purpose.
+    """Base of every error the harness raises on purpose (and tools may raise).
 
-    ``message`` is model-facing text; ``code`` is stable and machine-readable.
+    ``message`` is model-facing text; ``code`` is stable and machine-readable. Subclasses
+    carry their class's code; ``HarnessError("disk full", "ENOSPC")`` carries its own.
     """
 
-    code: ClassVar[str] = "HARNESS_ERROR"
+    code: str = "HARNESS_ERROR"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if code is not None:
+            if not isinstance(code, str) or not code:
+                raise TypeError("a HarnessError code must be a non-empty str")
+            self.code = code
 
     @property
     def name(self) -> str:

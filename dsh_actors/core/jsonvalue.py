@@ -129,7 +129,21 @@ class NotLosslessJSONError(ValueError):
         return (NotLosslessJSONError, (self.path, self.reason))
 
 
-_SCALARS = (str, bool, type(None))
+_SCALARS = (bool, type(None))
+
+
+def _is_text(value: str) -> bool:
+    """``False`` for a str JSON text cannot carry (a lone surrogate: not valid UTF-8)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_NOT_TEXT = "a str with a lone surrogate (not valid UTF-8) is not JSON text"
 # msgpack (the session log's framing) holds ints from -2**63 to 2**64 - 1; beyond that a
 # value could be accepted here and then be impossible to log, so it is not lossless.
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -177,6 +191,10 @@ def _walk(value: Any, path: str, ancestors: set[int], freeze: bool) -> Any:
     kind = type(value)
     if len(ancestors) >= MAX_DEPTH and kind in _CONTAINERS:
         raise NotLosslessJSONError(path, f"nested deeper than {MAX_DEPTH} levels")
+    if kind is str:
+        if _is_text(value):
+            return value
+        raise NotLosslessJSONError(path, _NOT_TEXT)
     if kind in _SCALARS:
         return value
     if kind is int:
@@ -198,6 +216,8 @@ def _walk(value: Any, path: str, ancestors: set[int], freeze: bool) -> Any:
                 raise NotLosslessJSONError(
                     path, f"key {key!r} is a {type(key).__name__}; JSON object keys must be str"
                 )
+            if not _is_text(key):
+                raise NotLosslessJSONError(path, "key: " + _NOT_TEXT)
             out[key] = _walk(item, _key_path(path, key), ancestors, freeze)
         ancestors.discard(marker)
         return FrozenDict(out) if freeze else out

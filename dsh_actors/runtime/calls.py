@@ -28,7 +28,7 @@ from .signals import portable_reason, publish_signal
 from .version import version_key
 from .wire import Outcome, PlanTicket, pack_call
 
-__all__ = ["CallInput", "Dispatcher", "ExecutorPool", "dispatcher"]
+__all__ = ["CallInput", "Dispatcher", "ExecutorPool", "create", "dispatcher"]
 
 _STALE_RETRIES = 3
 SICK_S = 5.0
@@ -68,6 +68,12 @@ class CallInput(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(_FIELDS)
+
+
+def create(source: Mapping[str, Any]) -> tuple[ToolExecution, dict[str, Any] | None]:
+    """The execution of a call, created now in the caller's process: its fields read once
+    and its arguments snapshotted, so later changes to the caller's objects change nothing."""
+    return create_execution(source, ExecutionToken())
 
 
 class ExecutorPool:
@@ -119,8 +125,13 @@ class Dispatcher:
         self._key = version_key(link.namespace, link.name)
 
     async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
-        """Run one call; ``cancel_box`` receives the executor task's ref (to cancel it)."""
-        execution, failure = create_execution(source, ExecutionToken())
+        """Create the call's execution from ``source`` and run it (see :meth:`run`)."""
+        return await self.run(*create(source), cancel_box)
+
+    async def run(self, execution: ToolExecution, failure: Mapping[str, Any] | None,
+                  cancel_box: list[Any]) -> ToolExecutionResult:
+        """Run one created execution (``failure``: its creation's error result, if any);
+        ``cancel_box`` receives the executor task's ref (to cancel it)."""
         ticket: PlanTicket | None = None
         unpublish: Callable[[], None] | None = None
         try:

@@ -25,7 +25,7 @@ from ..codemode.transport import CodeRuntimeMissingError
 from ..core.errors import DefinitionError, RestrictionError
 from ..core.registry import MODES, RUN_CODE, Event, check_guard, check_listener, snapshot_definition
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
-from .calls import CallInput, dispatcher
+from .calls import CallInput, create, dispatcher
 from .errors import RAY_ERROR, RegistryUnavailableError
 from .executor import cancel_task
 from .link import RegistryLink, link
@@ -42,25 +42,28 @@ __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
 
 
 class Disposer:
-    """Undoes one registration: ``await disposer()`` or ``disposer().result()``. Idempotent."""
+    """Undoes one registration: ``disposer()`` starts the undo at once and returns its
+    :class:`Response` (await it, block on it, or drop it). Calling again returns the same
+    response; after a failed undo (the registry was unreachable) it tries again.
+    ``disposed`` is true once the undo has finished."""
 
-    __slots__ = ("_undo", "_done", "_lock")
+    __slots__ = ("_undo", "_response", "_lock")
 
     def __init__(self, undo: Callable[[], Any]) -> None:
         self._undo = undo
-        self._done = False
+        self._response: Response[None] | None = None
         self._lock = threading.Lock()
 
     def __call__(self) -> Response[None]:
         with self._lock:
-            if self._done:
-                return Response.of(None)
-            self._done = True
-        return Response(self._undo)
+            if self._response is None or self._response.failed():
+                self._response = Response(self._undo)
+            return self._response
 
     @property
     def disposed(self) -> bool:
-        return self._done
+        response = self._response
+        return response is not None and response.done() and not response.failed()
 
 
 # --- the owner anchor: fate-sharing plugins with the process that made them -------------
@@ -85,6 +88,18 @@ def _process_anchor() -> Any:
         if _anchor is None:
             _anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
         return _anchor
+
+
+def _names_now(value: Any) -> Any:
+    """A restriction's name list copied at the call (anything else is left for the scope
+    actor to refuse with its usual message)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        return value
+    return list(value)
+
+
+def _agent_id(scope: "str | AgentScope | None") -> str | None:
+    return scope.agent_id if isinstance(scope, AgentScope) else scope
 
 
 class _Registrar:
@@ -181,7 +196,7 @@ class ToolRegistry(_Registrar):
             self._mode = ray.get(self._handle().config.remote(), timeout=120)["mode"]
         return self._mode
 
-    def sdk(self, scope: str | None = None) -> Response[str]:
+    def sdk(self, scope: "str | AgentScope | None" = None) -> Response[str]:
         """The ``tools:sdk`` section for ``scope`` (Code Mode); raises without a code runtime."""
         async def run() -> str:
             config = await self._link.call("config")
@@ -225,21 +240,24 @@ class ToolRegistry(_Registrar):
 
     # views (global, or of ``scope``)
 
-    def _view(self, scope: str | None, method: str, *args: Any) -> Response[Any]:
-        if scope is not None:
-            return Response(lambda: self._link.call_scope(scope, method, *args))
+    def _view(self, scope: "str | AgentScope | None", method: str, *args: Any) -> Response[Any]:
+        agent = _agent_id(scope)
+        if agent is not None:
+            return Response(lambda: self._link.call_scope(agent, method, *args))
         return Response(lambda: self._link.call(method, *args))
 
-    def get(self, name: str, scope: str | None = None) -> Response[ToolDefinition | None]:
+    # A view's ``scope`` is an agent id or an AgentScope; without one, the global view.
+
+    def get(self, name: str, scope: "str | AgentScope | None" = None) -> Response[ToolDefinition | None]:
         return self._view(scope, "get", name)
 
-    def visible(self, scope: str | None = None) -> Response[list[ToolDefinition]]:
+    def visible(self, scope: "str | AgentScope | None" = None) -> Response[list[ToolDefinition]]:
         return self._view(scope, "visible")
 
-    def known_names(self, scope: str | None = None) -> Response[list[str]]:
+    def known_names(self, scope: "str | AgentScope | None" = None) -> Response[list[str]]:
         return self._view(scope, "known_names")
 
-    def schemas(self, scope: str | None = None) -> Response[list[ToolSchema]]:
+    def schemas(self, scope: "str | AgentScope | None" = None) -> Response[list[ToolSchema]]:
         return self._view(scope, "schemas")
 
     # execution
@@ -253,14 +271,14 @@ class ToolRegistry(_Registrar):
         cancels it. A crash, cancellation or lost object becomes an ``is_error`` result
         with a stable code; observers hear every call exactly once.
         """
-        source = CallInput(call, fields)
+        execution, failure = create(CallInput(call, fields))  # snapshot at the call
         cancel_box: list[Any] = []
 
         def cancel() -> None:
             if cancel_box:
                 cancel_task(cancel_box[0])
 
-        return Response(lambda: dispatcher(self._link).execute(source, cancel_box), on_cancel=cancel)
+        return Response(lambda: dispatcher(self._link).run(execution, failure, cancel_box), on_cancel=cancel)
 
     # approval
 
@@ -338,11 +356,11 @@ class AgentScope(_Registrar):
     def restrict(self, spec: Mapping[str, Any] | None = None, *, allow: Iterable[str] | None = None,
                  deny: Iterable[str] | None = None) -> Response[Disposer]:
         """Mask the global tools for this agent (``allow`` keeps only, ``deny`` hides)."""
-        merged = dict(spec or {})
+        merged = {key: _names_now(value) for key, value in dict(spec or {}).items()}  # snapshot at the call
         if allow is not None:
-            merged["allow"] = list(allow)
+            merged["allow"] = _names_now(allow)
         if deny is not None:
-            merged["deny"] = list(deny)
+            merged["deny"] = _names_now(deny)
         return self._register("restrict", merged)
 
     def get(self, name: str) -> Response[ToolDefinition | None]:

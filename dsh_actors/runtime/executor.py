@@ -59,6 +59,8 @@ def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
         return
 
     def force() -> None:
+        if not ray.is_initialized():  # the connection ended first: never start a new Ray
+            return
         try:
             ready, _ = ray.wait([ref], timeout=0)
             if not ready:
@@ -96,6 +98,8 @@ class ForceStop:
 
     def _after(self, delay_s: float, failure: BaseException) -> None:
         def fire() -> None:
+            if not ray.is_initialized():  # the connection ended first: never start a new Ray
+                return
             ready, _ = ray.wait([self._ref], timeout=0)
             if not ready and self.failure is None:
                 self.failure = failure

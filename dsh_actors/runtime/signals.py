@@ -135,6 +135,8 @@ def _retrying(hub: HubRef, send: Callable[[Any], Any], done: Callable[[Any], obj
             dead = died_for_good(exc)
             if tries > 0 and not stopped():
                 def again() -> None:
+                    if not ray.is_initialized():  # the connection ended: never start a new Ray
+                        return
                     if dead:
                         hub.died(handle)
                     _retrying(hub, send, done, tries - 1, stopped)

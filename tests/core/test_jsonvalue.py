@@ -143,3 +143,11 @@ def test_frozen_values_are_accepted_again_and_detach_gives_plain_mutable_data():
     assert type(plain) is dict and type(plain["a"]) is list
     plain["a"].append(2)
     assert frozen == {"a": [1]}
+
+
+def test_a_str_with_a_lone_surrogate_is_not_lossless_in_a_value_or_a_key():
+    assert is_lossless("fine é ✓")
+    for value in ("lone \ud800", {"k": ["x", "\udfff"]}, {"key \ud800": 1}):
+        assert not is_lossless(value)
+        with pytest.raises(NotLosslessJSONError, match="lone surrogate"):
+            snapshot(value)

@@ -1,0 +1,144 @@
+"""A Python driver's expectations, as with Ray's own handles: a call happens when it is made,
+what was passed is what was sent, and nothing fails in silence."""
+
+import asyncio
+import gc
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import ray
+
+from dsh_actors import HarnessError, define_tool, text_block
+
+from .fixtures import echo
+
+T = 120
+
+
+def eventually(check, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.05)
+
+
+def names(registry, scope=None):
+    return [s["name"] for s in registry.schemas(scope).result(T)]
+
+
+def test_a_registration_nobody_waits_for_still_happens(registry):
+    registry.register(echo("fire-and-forget"))  # not awaited, no .result()
+    eventually(lambda: "fire-and-forget" in names(registry))
+
+    async def in_async_code():
+        registry.register(echo("from-a-coroutine"))  # not awaited either
+        await asyncio.sleep(0)
+        deadline = time.monotonic() + 60
+        while "from-a-coroutine" not in [s["name"] for s in await registry.schemas()]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+
+    asyncio.run(in_async_code())
+
+
+def test_a_disposer_called_without_waiting_disposes_and_a_second_call_is_the_same_undo(registry):
+    dispose = registry.register(echo("short-lived")).result(T)
+    first = dispose()  # dropped on purpose: the undo has started
+    assert dispose() is first
+    eventually(lambda: "short-lived" not in names(registry))
+    eventually(lambda: dispose.disposed)
+    first.result(T)
+
+
+def test_arguments_and_restrictions_are_taken_when_the_call_is_made(registry):
+    registry.register(echo()).result(T)
+    registry.register(echo("rm")).result(T)
+    arguments = {"text": "as sent"}
+    response = registry.execute(call_id="1", name="echo", arguments=arguments)
+    arguments["text"] = "changed later"
+    assert response.result(T).text == "as sent"
+    deny = ["rm"]
+    scope = registry.scope("snap")
+    restricted = scope.restrict(deny=deny)
+    deny.clear()
+    deny.append("echo")
+    restricted.result(T)
+    assert names(registry, scope) == ["echo"]  # "rm" hidden, as passed; "echo" still there
+
+
+def test_views_take_a_scope_object_or_its_agent_id(registry):
+    registry.register(echo()).result(T)
+    scope = registry.scope("viewer")
+    scope.register(echo("mine")).result(T)
+    assert names(registry, scope) == names(registry, "viewer") == ["echo", "mine"]
+    assert [d.name for d in registry.visible(scope).result(T)] == ["echo", "mine"]
+    assert registry.get("mine", scope).result(T).name == "mine"
+
+
+def test_a_harness_error_raised_by_a_tool_carries_its_own_code(registry):
+    def full(args, ctx):
+        raise HarnessError("disk full", "ENOSPC")
+
+    registry.register(define_tool(name="write", description="w", parameters={}, execute=full)).result(T)
+    result = registry.execute(call_id="1", name="write", arguments={}).result(T)
+    assert result.is_error and result.error == {"name": "HarnessError", "code": "ENOSPC"}
+    assert result.text == "Error: disk full"
+
+
+def test_arguments_that_are_not_json_text_are_refused_as_invalid_input(registry):
+    registry.register(echo()).result(T)
+    for arguments in ({"text": "lone \ud800 surrogate"}, {"key \udfff": "x"}):
+        result = registry.execute(call_id="1", name="echo", arguments=arguments).result(T)
+        assert result.is_error and result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}
+
+
+def test_an_error_nobody_collected_is_logged_not_lost(registry, caplog):
+    registry.register(echo("dup")).result(T)
+    with caplog.at_level(logging.WARNING, logger="dsh_actors.response"):
+        registry.register(echo("dup"))  # fails (already registered); nobody looks
+        gc.collect()
+        eventually(lambda: any("nobody awaited" in r.getMessage() and "DuplicateToolError" in r.getMessage()
+                               for r in caplog.records))
+
+
+CANCEL_THEN_EXIT = textwrap.dedent("""
+    import asyncio, sys, time
+    import ray
+    from dsh_actors import define_tool, text_block
+    from dsh_actors.runtime import ToolRegistry
+
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    registry = ToolRegistry(sys.argv[2])
+
+    async def main():
+        call = registry.execute(call_id="1", name="sleepy", arguments={})
+        try:
+            await asyncio.wait_for(call, 0.5)
+        except asyncio.TimeoutError:
+            pass
+        other = registry.execute(call_id="2", name="sleepy", arguments={})
+        await asyncio.sleep(0.3)
+        other.cancel()
+
+    asyncio.run(main())
+    ray.shutdown()
+    time.sleep(3)  # past the grace after which a cancelled task is force-killed
+    print("initialized after shutdown:", ray.is_initialized(), flush=True)
+""")
+
+
+def test_a_call_cancelled_just_before_exit_never_starts_a_second_ray(registry, ray_cluster):
+    async def sleepy(args, ctx):
+        await asyncio.sleep(30)
+        return [text_block("late")]
+
+    registry.register(define_tool(name="sleepy", description="s", parameters={}, execute=sleepy)).result(T)
+    out = subprocess.run([sys.executable, "-c", CANCEL_THEN_EXIT, ray_cluster["cluster"].address, registry.name],
+                         capture_output=True, text=True, timeout=T)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "initialized after shutdown: False" in out.stdout
+    assert "Started a local Ray instance" not in out.stderr
