@@ -93,7 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("--workspace", help="workspace root the tools ran in (for card paths)")
     catalog = commands.add_parser("catalog", help="write the shipped tools' catalog (docs/tool-catalog.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
-    approvals = commands.add_parser("approvals", help="list and answer pending approval requests")
+    approvals = commands.add_parser(
+        "approvals", help="list and answer pending approval requests",
+        description="List and answer the pending asks of a registry's approval queue, from any shell.",
+        epilog="--address is the Ray cluster's GCS address (host:port). A driver that started its own "
+               "local Ray (ToolRegistry.connect without RAY_ADDRESS) prints the full command, address "
+               "included, on its console each time an ask is queued; in that driver the address is "
+               "ray.get_runtime_context().gcs_address.")
     approvals.add_argument("action", choices=["list", "allow", "reject", "policy"])
     approvals.add_argument("target", nargs="?", help="request id (allow/reject) or ask|never (policy)")
     approvals.add_argument("--registry", default="default", help="registry name (default: default)")

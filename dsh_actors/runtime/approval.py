@@ -45,6 +45,17 @@ class _Pending:
         self.info = info
 
 
+def answer_hint(registry: str, namespace: str, agent: str, tool_name: str, request_id: str) -> str:
+    """What an operator types to answer one pending ask (the cluster address included:
+    a driver's own local Ray has one nobody told them)."""
+    address = ray.get_runtime_context().gcs_address
+    flags = f"--registry {registry} --address {address}"
+    if namespace != "dsh-actors":
+        flags += f" --namespace {namespace}"
+    return (f'dsh-actors: agent "{agent}" asks to run "{tool_name}"; answer with '
+            f"`dsh-actors approvals allow {request_id} {flags}` (or reject)")
+
+
 APPROVALS_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 """Options of the approval queue actor (a dead one is mounted again, not restarted)."""
 
@@ -53,8 +64,9 @@ APPROVALS_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 class ApprovalQueueActor:
     """Pending asks, their answers, the policy, and the session-log records."""
 
-    def __init__(self, namespace: str, policy: str = "ask") -> None:
+    def __init__(self, namespace: str, policy: str = "ask", registry: str = "default") -> None:
         self._namespace = namespace
+        self._registry = registry
         self._policy = check_policy(policy)
         self._overrides: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
@@ -82,6 +94,9 @@ class ApprovalQueueActor:
             outcome = "rejected"
         else:
             future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            # Printed here, so it reaches the driver's console (Ray forwards actor output):
+            # how to answer, from any shell, including the cluster's address.
+            print(answer_hint(self._registry, self._namespace, agent, tool_name, request_id), flush=True)
             self._pending[request_id] = _Pending(future, {
                 "id": request_id, "agent": agent, "tool_name": tool_name, "call_id": call_id,
                 "reason": reason, "asked_at": time.time(),

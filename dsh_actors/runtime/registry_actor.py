@@ -269,7 +269,7 @@ class RegistryActor:
                 lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
                     name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
                     get_if_exists=True,
-                ).remote(self._core.namespace, check_policy(policy or "ask")),
+                ).remote(self._core.namespace, check_policy(policy or "ask"), self._core.name),
                 lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
             self._core.state.approval = ActorApproval(self._approvals)
             self._core.state.touched()

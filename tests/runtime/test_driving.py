@@ -142,3 +142,65 @@ def test_a_call_cancelled_just_before_exit_never_starts_a_second_ray(registry, r
     assert out.returncode == 0, out.stderr[-2000:]
     assert "initialized after shutdown: False" in out.stdout
     assert "Started a local Ray instance" not in out.stderr
+
+
+def test_the_readme_driving_section_runs_as_written(ray_cluster):
+    import os
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"## Driving it from Python\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster["cluster"].address}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = [line for line in out.stdout.splitlines() if not line.startswith("(")]  # not workers' lines
+    assert printed == ["['2', '3', 'Error: budget spent']", "['add']"]
+
+
+ASKING_DRIVER = textwrap.dedent("""
+    import sys
+    import ray
+    from dsh_actors import ask, define_tool, text_block
+    from dsh_actors.runtime import ToolRegistry
+
+    ray.init(address=sys.argv[1], logging_level="ERROR")  # actor output forwarded, as by default
+    registry = ToolRegistry.connect(sys.argv[2])
+    registry.register(define_tool(name="risky", description="r", parameters={},
+                                  execute=lambda a, c: [text_block("ran")])).result(60)
+    registry.on("tools/pre-execute", lambda e, n: ask("check")).result(60)
+    registry.approvals(policy="ask").result(60)
+    result = registry.scope("a1").execute(call_id="1", name="risky", arguments={}).result(180)
+    print("RESULT", result.text, result.is_error, flush=True)
+""")
+
+
+def test_a_queued_ask_prints_the_command_that_answers_it_and_that_command_works(ray_cluster):
+    import re
+
+    name = f"asking-{time.monotonic_ns()}"
+    driver = subprocess.Popen([sys.executable, "-c", ASKING_DRIVER, ray_cluster["cluster"].address, name],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        command = None
+        for line in driver.stdout:
+            found = re.search(r"`dsh-actors (approvals allow [^`]+)`", line)
+            if found:
+                command = found.group(1).split()
+                break
+        assert command is not None, driver.stderr.read()[-2000:]
+        assert command[command.index("--address") + 1] == ray_cluster["cluster"].address
+        answer = subprocess.run([sys.executable, "-m", "dsh_actors", *command],
+                                capture_output=True, text=True, timeout=T)
+        assert answer.returncode == 0, answer.stderr[-2000:]
+        rest = driver.stdout.read()
+        assert "RESULT ran False" in rest, rest[-2000:]
+    finally:
+        driver.kill()
+        driver.communicate()  # reaps it and closes its pipes
+        from dsh_actors.runtime import ToolRegistry
+
+        try:
+            ToolRegistry(name).shutdown()
+        except Exception:
+            pass
