@@ -13,7 +13,10 @@ actor method answers the waterfall with a value:
 
 The actor method receives ``(execution, *stage_args)``: ``(execution,)`` for
 pre-execute, execute and guards, ``(execution, result)`` for post-execute and
-``tools/result``. An actor that dies, raises a Ray error or does not answer within
+``tools/result``. A waterfall method may also take the plain listener's last parameter,
+``call_next`` — ``(execution, call_next)``, ``(execution, result, call_next)`` — so one
+function works in process and in an actor: there, ``call_next()`` returns
+:data:`CONTINUE`, which the method returns to hand on. An actor that dies, raises a Ray error or does not answer within
 ``timeout_s`` fails the call closed with ``POLICY_UNAVAILABLE``; a ``tools/result``
 observer is sent without waiting and its failure is logged.
 """
@@ -21,6 +24,7 @@ observer is sent without waiting and its failure is logged.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +35,7 @@ from ..core.errors import error_message
 from ..core.types import ToolExecutionResult
 from .errors import RAY_ERROR, PolicyUnavailableError, translate
 
-__all__ = ["CONTINUE", "ActorListener", "Continue", "actor_listener"]
+__all__ = ["CONTINUE", "ActorListener", "Continue", "HandOn", "actor_listener"]
 
 log = logging.getLogger("dsh_actors.policy")
 
@@ -46,10 +50,36 @@ class Continue:
 CONTINUE = Continue()
 
 
+class HandOn:
+    """The ``call_next`` an actor method receives: calling it answers :data:`CONTINUE`
+    (the executor then calls the real next listener)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> Continue:
+        return CONTINUE
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HandOn, ())
+
+
+_HAND_ON = HandOn()
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _positional_count(handle: Any, method: str) -> int | None:
+    """How many positional parameters the actor method takes (``None``: unknown)."""
+    try:
+        parameters = handle._ray_method_signatures[method]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return sum(1 for p in parameters if p.kind in _POSITIONAL and p.name != "_ray_trace_ctx")
+
+
 class ActorListener:
     """A policy actor method usable anywhere a listener or guard is."""
 
-    __slots__ = ("handle", "method", "timeout_s")
+    __slots__ = ("handle", "method", "timeout_s", "_arity")
 
     def __init__(self, handle: Any, method: str, timeout_s: float = 10.0) -> None:
         if not isinstance(method, str) or not method:
@@ -57,6 +87,7 @@ class ActorListener:
         self.handle = handle
         self.method = method
         self.timeout_s = timeout_s
+        self._arity: int | None = -1  # positional parameters of the method; -1: not read yet
 
     @property
     def __name__(self) -> str:  # shown in logs and error texts
@@ -87,7 +118,10 @@ class ActorListener:
         return self._ask(self.method, execution)  # a guard: awaited by the pipeline
 
     async def _waterfall(self, execution: Any, args: tuple[Any, ...], call_next: Any) -> Any:
-        reply = await self._ask(self.method, execution, *args)
+        if self._arity == -1:
+            self._arity = _positional_count(self.handle, self.method)
+        sent = (*args, _HAND_ON) if self._arity == len(args) + 2 else args  # it takes call_next too
+        reply = await self._ask(self.method, execution, *sent)
         if not isinstance(reply, Continue):
             return reply
         outcome = await call_next()

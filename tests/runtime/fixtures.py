@@ -113,3 +113,27 @@ def plain_policies(recorder):
 
 def accept_all(execution, result, call_next):
     return accept()
+
+
+def gate_fn(execution, call_next):
+    """One gate for both homes: a plain listener, or the body of a policy actor method."""
+    if execution.name == "secret":
+        return deny("secrets are off limits")
+    return call_next()
+
+
+def redact_fn(execution, result, call_next):
+    if "password" in result.text:
+        return block("output withheld: it contained a secret")
+    return call_next()
+
+
+@ray.remote(num_cpus=0)
+class SharedPolicy:
+    """The same functions as actor methods: call_next there hands on."""
+
+    def gate(self, execution, call_next):
+        return gate_fn(execution, call_next)
+
+    def redact(self, execution, result, call_next):
+        return redact_fn(execution, result, call_next)

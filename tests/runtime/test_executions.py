@@ -362,3 +362,24 @@ def test_the_reference_policies_run_inside_execution_tasks(registry):
     registry.on("tools/execute", retry_policy(3, backoff_s=0)).result(T)
     assert ex(registry, "1", "flaky").text == "second attempt"
     assert ex(registry, "2", "slow").error["code"] == "TOOL_TIMEOUT"
+
+
+@pytest.mark.parametrize("home", ["in process", "in a policy actor"])
+def test_one_listener_function_works_in_process_and_as_a_policy_actor_method(registry, home):
+    from dsh_actors.runtime import actor_listener
+
+    from .fixtures import SharedPolicy, gate_fn, redact_fn
+
+    for tool in ("echo", "secret"):
+        registry.register(echo(tool)).result(T)
+    if home == "in process":
+        gate, redact = gate_fn, redact_fn
+    else:
+        policy = SharedPolicy.remote()
+        gate, redact = actor_listener(policy, "gate"), actor_listener(policy, "redact")
+    registry.on("tools/pre-execute", gate).result(T)
+    registry.on("tools/post-execute", redact).result(T)
+    scope = registry.scope("agent")
+    assert [ex(scope, "1", "echo", text="hello").text, ex(scope, "2", "secret", text="x").text,
+            ex(scope, "3", "echo", text="my password").text] == [
+        "hello", "Error: secrets are off limits", "output withheld: it contained a secret"]
