@@ -19,6 +19,12 @@ def slow(seconds: float) -> str:
     time.sleep(seconds)
     return "done"
 
+@server.tool()
+def noisy(text: str) -> str:
+    """Write to stderr, then answer."""
+    print(f"noise from the server: {text}", file=sys.stderr, flush=True)
+    return text
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
