@@ -15,7 +15,8 @@ from .codemode.transport import build_run_code, check_runtime
 from .core.errors import DefinitionError, RestrictionError
 from .core.pipeline import ApprovalSeam, execute as run_pipeline
 from .core.pipeline.chain import settle
-from .core.registry import MODES, RUN_CODE, Event, InMemoryDisposer, RegistryState
+from .core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, InMemoryDisposer, RegistryState, call_fields, \
+    execution_mode
 from .core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 
 __all__ = ["InMemoryPlugin", "InMemoryRegistry", "InMemoryScope"]
@@ -108,6 +109,10 @@ class InMemoryScope(_Owner):
 
     def schemas(self) -> list[ToolSchema]:
         return self._registry.schemas(self.agent_id)
+
+    def execution_mode(self, call: Any = None, /, **fields: Any) -> Mapping[str, str]:
+        """:meth:`InMemoryRegistry.execution_mode` on this agent's behalf."""
+        return self._registry.execution_mode({**_as_fields(call), **fields, "agent": self.agent_id})
 
     async def execute(self, call: Any = None, /, **fields: Any) -> ToolExecutionResult:
         """Execute on this agent's behalf (``agent`` is set to this scope's id)."""
@@ -204,6 +209,15 @@ class InMemoryRegistry(_Owner):
     def schemas(self, scope: str | None = None) -> list[ToolSchema]:
         """``{name, description, parameters}`` of each visible tool; fresh copies each call."""
         return [definition.schema() for definition in self._state.plan(scope).tools.values()]
+
+    def execution_mode(self, call: Any = None, /, **fields: Any) -> Mapping[str, str]:
+        """``{"kind": "parallel"}`` when the call may run alongside the others of its step:
+        the tool as ``agent`` sees it declares ``is_concurrency_safe`` and it returns
+        exactly ``True`` for the call's arguments (as given); else ``{"kind": "exclusive"}``."""
+        name, arguments, agent = call_fields(call if not fields else {**_as_fields(call), **fields})
+        if not isinstance(name, str):
+            return EXCLUSIVE
+        return execution_mode(self.get(name, agent if isinstance(agent, str) else None), arguments)
 
     async def execute(self, call: Any = None, /, **fields: Any) -> ToolExecutionResult:
         """Run one call through the pipeline; never raises. Accepts a

@@ -87,6 +87,7 @@ def define_tool(
     timeout_ms: float | None = None,
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    is_concurrency_safe: Callable[[Any], bool] | None = None,
     extras: Mapping[str, Any] | None = None,
 ) -> ToolDefinition:
     """Define a tool from the ``SchemaSpec`` DSL.
@@ -94,6 +95,8 @@ def define_tool(
     ``execute(args, ctx)`` may be sync or async and returns content blocks or
     ``{"content": [...], "meta": ...}``; it runs only after ``args`` validated.
     ``timeout_ms`` (policy metadata, never sent to the model) is checked here.
+    ``is_concurrency_safe(args) -> bool`` classifies one call for parallel steps; it is
+    never called on invalid arguments (those calls are exclusive).
     """
     owner = f"define_tool({name})"
     _check_name(owner, name, description)
@@ -120,12 +123,28 @@ def define_tool(
             return False
 
     return _definition(owner, name, description, json_schema, run, budget, fits,
-                       present_call, present_result, extras)
+                       present_call, present_result, is_concurrency_safe, extras)
+
+
+def _classifier(owner: str, classify: Callable[[Any], Any] | None,
+                fits: Callable[[Any], bool]) -> Callable[[Any], Any] | None:
+    """The author's classifier behind an argument check: invalid arguments are never
+    classified (the call is exclusive)."""
+    if classify is None:
+        return None
+    if not callable(classify) or inspect.iscoroutinefunction(classify):
+        raise DefinitionError(f"{owner}: is_concurrency_safe must be a plain (synchronous) callable")
+
+    def is_concurrency_safe(args: Any) -> Any:
+        return classify(args) if fits(args) else False
+
+    return is_concurrency_safe
 
 
 def _definition(owner: str, name: str, description: str, json_schema: Any, run: Callable[..., Any],
                 budget: float | None, fits: Callable[[Any], bool], present_call: Callable[..., Any] | None,
-                present_result: Callable[..., Any] | None, extras: Mapping[str, Any] | None) -> ToolDefinition:
+                present_result: Callable[..., Any] | None, classify: Callable[[Any], Any] | None,
+                extras: Mapping[str, Any] | None) -> ToolDefinition:
     """The frozen definition both ``define_tool`` and ``@tool`` produce."""
     return ToolDefinition(
         name=name,
@@ -135,6 +154,7 @@ def _definition(owner: str, name: str, description: str, json_schema: Any, run: 
         timeout_ms=budget,
         present_call=_soft_presenter(name, present_call, fits, validate_call_view),
         present_result=_soft_presenter(name, present_result, fits, validate_result_view),
+        is_concurrency_safe=_classifier(owner, classify, fits),
         extras=FrozenDict(extras or {}),
     )
 
@@ -202,6 +222,7 @@ def tool(
     timeout_ms: float | None = None,
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    is_concurrency_safe: Callable[[Any], bool] | None = None,
     extras: Mapping[str, Any] | None = None,
 ) -> Any:
     """Turn a typed function into a tool; the JSON Schema comes from its type hints.
@@ -215,7 +236,8 @@ def tool(
     if fn is None:
         return lambda f: tool(
             f, name=name, description=description, timeout_ms=timeout_ms,
-            present_call=present_call, present_result=present_result, extras=extras,
+            present_call=present_call, present_result=present_result,
+            is_concurrency_safe=is_concurrency_safe, extras=extras,
         )
     tool_name = name or fn.__name__
     owner = f"tool({tool_name})"
@@ -247,7 +269,7 @@ def tool(
         return True
 
     return _definition(owner, tool_name, summary, json_schema, run, budget, fits,
-                       present_call, present_result, extras)
+                       present_call, present_result, is_concurrency_safe, extras)
 
 
 def _arguments_model(owner: str, fn: Callable[..., Any]) -> tuple[type[pydantic.BaseModel], str | None]:

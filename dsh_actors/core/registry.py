@@ -36,7 +36,11 @@ __all__ = [
     "check_listener",
     "check_reserved",
     "compile_restriction",
+    "EXCLUSIVE",
+    "PARALLEL",
+    "call_fields",
     "compose_plan",
+    "execution_mode",
     "snapshot_definition",
     "visible_tools",
 ]
@@ -80,7 +84,7 @@ class InMemoryDisposer:
 # --- definitions -----------------------------------------------------------------------
 
 _DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
-                      "present_call", "present_result", "extras")
+                      "present_call", "present_result", "is_concurrency_safe", "extras")
 
 
 def snapshot_definition(definition: Any) -> ToolDefinition:
@@ -115,7 +119,7 @@ def snapshot_definition(definition: Any) -> ToolDefinition:
         raise DefinitionError(f'tool "{name}" parameters must be a JSON Schema object')
     if not callable(fields["execute"]):
         raise DefinitionError(f'tool "{name}" needs a callable execute(args, ctx)')
-    for key in ("present_call", "present_result"):
+    for key in ("present_call", "present_result", "is_concurrency_safe"):
         if fields[key] is not None and not callable(fields[key]):
             raise DefinitionError(f'tool "{name}" {key} must be callable or None')
     extras = fields["extras"] or {}
@@ -125,8 +129,35 @@ def snapshot_definition(definition: Any) -> ToolDefinition:
         name=name, description=fields["description"], parameters=parameters,
         execute=fields["execute"], timeout_ms=budget,
         present_call=fields["present_call"], present_result=fields["present_result"],
-        extras=FrozenDict(extras),
+        is_concurrency_safe=fields["is_concurrency_safe"], extras=FrozenDict(extras),
     )
+
+
+# --- execution modes ---------------------------------------------------------------------
+
+PARALLEL: Mapping[str, str] = FrozenDict({"kind": "parallel"})
+EXCLUSIVE: Mapping[str, str] = FrozenDict({"kind": "exclusive"})
+
+
+def execution_mode(definition: ToolDefinition | None, arguments: Any) -> Mapping[str, str]:
+    """``{"kind": "parallel"}`` only when ``definition`` (the tool as the calling scope
+    sees it) declares a classifier and it returns exactly ``True`` for ``arguments`` (the
+    caller's, as given); anything else — no tool, no classifier, ``False``, a truthy
+    non-bool, a classifier that raises — is ``{"kind": "exclusive"}``."""
+    classify = definition.is_concurrency_safe if definition is not None else None
+    if classify is None:
+        return EXCLUSIVE
+    try:
+        return PARALLEL if classify(arguments) is True else EXCLUSIVE
+    except Exception:
+        return EXCLUSIVE
+
+
+def call_fields(call: Any) -> tuple[Any, Any, Any]:
+    """``(name, arguments, agent)`` of a call given as a mapping or an object."""
+    if isinstance(call, Mapping):
+        return call.get("name"), call.get("arguments"), call.get("agent")
+    return getattr(call, "name", None), getattr(call, "arguments", None), getattr(call, "agent", None)
 
 
 # --- restrictions ----------------------------------------------------------------------

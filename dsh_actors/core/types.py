@@ -93,6 +93,9 @@ class ToolDefinition:
     """Pure ``(args) -> call view | None`` for UIs."""
     present_result: PresentResultFn | None = None
     """Pure ``(args, {content, is_error, meta?}) -> result view | None`` for UIs."""
+    is_concurrency_safe: Callable[[Any], Any] | None = None
+    """Pure, synchronous ``(args) -> bool``: may this call run alongside others of its step?
+    Read by :func:`~dsh_actors.core.registry.execution_mode`; never sent to the model."""
     extras: Mapping[str, Any] = field(default_factory=FrozenDict)
     """Runtime placement options (Ray resources and the like); never sent to the model."""
 

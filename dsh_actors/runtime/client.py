@@ -23,7 +23,8 @@ import ray
 from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
 from ..core.errors import DefinitionError, RestrictionError
-from ..core.registry import MODES, RUN_CODE, Event, check_guard, check_listener, snapshot_definition
+from ..core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, call_fields, check_guard, check_listener, \
+    execution_mode, snapshot_definition
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 from .calls import CallInput, create, dispatcher
 from .errors import RAY_ERROR, RegistryUnavailableError
@@ -280,6 +281,20 @@ class ToolRegistry(_Registrar):
 
         return Response(lambda: dispatcher(self._link).run(execution, failure, cancel_box), on_cancel=cancel)
 
+    def execution_mode(self, call: Any = None, /, **fields: Any) -> Response[Mapping[str, str]]:
+        """``{"kind": "parallel"}`` when the call may run alongside the others of its step
+        (the tool as its agent sees it declares ``is_concurrency_safe``, and that returns
+        exactly ``True`` for the call's arguments, as given — it runs here, in the
+        caller's process); else ``{"kind": "exclusive"}``."""
+        name, arguments, agent = call_fields(CallInput(call, fields))
+
+        async def run() -> Mapping[str, str]:
+            if not isinstance(name, str):
+                return EXCLUSIVE
+            definition = await self.get(name, agent if isinstance(agent, str) else None)
+            return execution_mode(definition, arguments)
+        return Response(run)
+
     # approval
 
     def approvals(self, policy: str | None = None) -> Response["ApprovalQueue"]:
@@ -378,6 +393,10 @@ class AgentScope(_Registrar):
     def execute(self, call: Any = None, /, **fields: Any) -> Response[ToolExecutionResult]:
         """Execute on this agent's behalf (``agent`` is this scope's id)."""
         return self.registry.execute(call, **{**fields, "agent": self.agent_id})
+
+    def execution_mode(self, call: Any = None, /, **fields: Any) -> Response[Mapping[str, str]]:
+        """:meth:`ToolRegistry.execution_mode` on this agent's behalf."""
+        return self.registry.execution_mode(call, **{**fields, "agent": self.agent_id})
 
     def close(self) -> Response[None]:
         """Dispose everything this scope registered and release its actor; the agent id

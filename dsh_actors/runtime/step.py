@@ -1,13 +1,16 @@
 """One model step for one agent: run its tool calls, record them, buffer their context.
 
-:func:`agent_step` executes the step's calls on the agent's behalf (one at a time, in
-order — native calls are sequential), appends exactly one ``tool/result`` per call id to
-the agent's session log whatever fails, and then — after all the step's results — one
-``context/message`` carrying the additional context the calls attached.
+:func:`agent_step` executes the step's calls on the agent's behalf in the order the model
+gave them, letting consecutive calls whose execution mode is ``parallel`` run at once and
+keeping each ``exclusive`` call alone. It appends exactly one ``tool/result`` per call id
+to the agent's session log, in call order, whatever fails, and then — after all the
+step's results — one ``context/message`` carrying the additional context the calls
+attached.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -29,34 +32,63 @@ def _logged_arguments(arguments: Any) -> Any:
         return None  # the result says why; the log still gets the call's one record
 
 
+def _groups(calls: Sequence[Mapping[str, Any]], kinds: Sequence[str]) -> list[list[Mapping[str, Any]]]:
+    """The step in call order: runs of consecutive parallel calls together, each exclusive
+    call alone."""
+    groups: list[list[Mapping[str, Any]]] = []
+    joinable = False  # the last group is a run of parallel calls
+    for call, kind in zip(calls, kinds):
+        if kind == "parallel" and joinable:
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+        joinable = kind == "parallel"
+    return groups
+
+
 def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[str, Any]], *,
                on_result: Callable[[Mapping[str, Any], ToolExecutionResult, float], None] | None = None,
                ) -> Response[list[ToolExecutionResult]]:
     """Run ``calls`` (each ``{call_id, name, arguments}``) for ``scope``'s agent.
 
-    Duplicate call ids are refused before anything runs. Resolves to the results in call
-    order; a failing session log raises (the durable record matters more than the step).
-    ``on_result(call, result, seconds)`` is told each call's outcome and duration.
+    Consecutive calls whose :meth:`~.client.AgentScope.execution_mode` is ``parallel`` run
+    at once; an ``exclusive`` call runs alone. Duplicate call ids are refused before
+    anything runs. Resolves to the results in call order; a failing session log raises
+    (the durable record matters more than the step). ``on_result(call, result, seconds)``
+    is told each call's outcome and duration, in call order.
     """
     ids = [call.get("call_id") for call in calls]
     duplicates = sorted({i for i in ids if ids.count(i) > 1}, key=str)
     if duplicates:
         raise ValueError(f"a step's call ids must be unique; repeated: {duplicates}")
 
+    async def one(call: Mapping[str, Any]) -> tuple[ToolExecutionResult, float]:
+        started = time.perf_counter()
+        try:
+            result = await scope.execute(dict(call))
+        except Exception as exc:  # execute never raises; a programming error still gets its record
+            result = ToolExecutionResult({"call_id": call.get("call_id"), **error_result(exc)})
+        return result, time.perf_counter() - started
+
+    async def mode(call: Mapping[str, Any]) -> str:
+        try:
+            return (await scope.execution_mode(dict(call)))["kind"]
+        except Exception:
+            return "exclusive"
+
     async def run() -> list[ToolExecutionResult]:
+        kinds = await asyncio.gather(*(mode(call) for call in calls))
         results: list[ToolExecutionResult] = []
         contexts: list[Any] = []
-        for call in calls:
-            started = time.perf_counter()
-            try:
-                result = await scope.execute(dict(call))
-            except Exception as exc:  # execute never raises; a programming error still gets its record
-                result = ToolExecutionResult({"call_id": call.get("call_id"), **error_result(exc)})
-            if on_result is not None:
-                on_result(call, result, time.perf_counter() - started)
-            await session.append(tool_result_event(_logged_arguments(call.get("arguments")), str(call.get("name")), result))
-            contexts.extend(result.get("additional_context") or [])
-            results.append(result)
+        for group in _groups(calls, kinds):
+            outcomes = await asyncio.gather(*(one(call) for call in group))
+            for call, (result, seconds) in zip(group, outcomes):  # reported and logged in call order
+                if on_result is not None:
+                    on_result(call, result, seconds)
+                await session.append(tool_result_event(_logged_arguments(call.get("arguments")),
+                                                       str(call.get("name")), result))
+                contexts.extend(result.get("additional_context") or [])
+                results.append(result)
         if contexts:
             await session.append(context_message_event(contexts))
         return results

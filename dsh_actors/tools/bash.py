@@ -15,6 +15,7 @@ import signal as signals
 from typing import Any
 
 from ..core.define import define_tool
+from .fs import changes_state
 from ..core.errors import ToolTimeoutError
 from ..core.types import ToolDefinition, text_block
 from .workspace import Workspace
@@ -65,6 +66,7 @@ def bash_tool(root: str | os.PathLike[str], *, default_timeout_s: float = 60.0) 
             "timeout_s": {"type": "number", "description": f"Seconds before it is killed (default {default_timeout_s:g})."},
         },
         execute=run,
+        is_concurrency_safe=changes_state,
         present_call=lambda a: {"card": "terminal", "title": a["command"], "cwd": str(workspace.root),
                                 **({"description": a["description"]} if "description" in a else {})},
         present_result=lambda a, r: None if not isinstance(r.get("meta"), dict) else {

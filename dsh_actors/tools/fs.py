@@ -19,6 +19,17 @@ __all__ = ["fs_tools"]
 MAX_READ_BYTES = 256 * 1024
 
 
+
+def reads_only(args: object) -> bool:
+    """A call that only reads: it may run alongside the others of its step."""
+    return True
+
+
+def changes_state(args: object) -> bool:
+    """A call that writes or runs commands: it runs alone."""
+    return False
+
+
 def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
     """The three file tools for the workspace at ``root``."""
     workspace = Workspace(root)
@@ -77,6 +88,7 @@ def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
                         "offset": {"type": "number", "description": "First line to read (1-based)."},
                         "limit": {"type": "number", "description": "How many lines to read."}},
             execute=read,
+            is_concurrency_safe=reads_only,
             present_call=lambda a: {"card": "generic", "title": a["path"], "kind": "read",
                                     "locations": [{"path": a["path"], **({"line": int(a["offset"])} if "offset" in a and int(a["offset"]) >= 1 else {})}]},
         ),
@@ -85,6 +97,7 @@ def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
             parameters={"path": {"type": "string", "required": True, "description": "Path inside the workspace."},
                         "content": {"type": "string", "required": True, "description": "The whole new content."}},
             execute=write,
+            is_concurrency_safe=changes_state,
             present_call=lambda a: {"card": "diff", "title": a["path"],
                                     "diffs": [{"path": a["path"], "old_text": None, "new_text": a["content"]}]},
             present_result=result_diff,
@@ -96,6 +109,7 @@ def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
                         "new_text": {"type": "string", "required": True, "description": "Replacement text."},
                         "replace_all": {"type": "boolean", "description": "Replace every occurrence."}},
             execute=edit,
+            is_concurrency_safe=changes_state,
             present_call=lambda a: {"card": "diff", "title": a["path"],
                                     "diffs": [{"path": a["path"], "old_text": a["old_text"], "new_text": a["new_text"]}]},
             present_result=result_diff,
