@@ -141,15 +141,22 @@ class FrameFile:
 
     def append(self, value: Any) -> int:
         """Write one frame; returns its index. Flushed (and fsynced per policy) on return."""
-        payload = msgpack.packb(value, use_bin_type=True)
-        if len(payload) > _MAX_FRAME:
-            raise ValueError(f"a frame holds at most {_MAX_FRAME} bytes; this one is {len(payload)}")
+        return self.append_many([value])[0]
+
+    def append_many(self, values: list[Any]) -> list[int]:
+        """Write one frame per value, in order, with one flush (and one fsync per policy)
+        covering them all; returns their indexes. Nothing is written if one is too big."""
+        payloads = [msgpack.packb(value, use_bin_type=True) for value in values]
+        for payload in payloads:
+            if len(payload) > _MAX_FRAME:
+                raise ValueError(f"a frame holds at most {_MAX_FRAME} bytes; this one is {len(payload)}")
         with self._lock:
             self._file.seek(0, os.SEEK_END)
-            self._file.write(_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._file.write(b"".join(_PREFIX.pack(len(p), zlib.crc32(p)) + p for p in payloads))
             self._sync()
-            self._records.append(msgpack.unpackb(payload, raw=False))
-            return len(self._records) - 1
+            first = len(self._records)
+            self._records.extend(msgpack.unpackb(payload, raw=False) for payload in payloads)
+            return list(range(first, len(self._records)))
 
     def records(self, since: int = 0) -> list[Any]:
         """Every committed value from index ``since`` on."""

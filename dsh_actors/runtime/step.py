@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.errors import error_result
 from ..core.jsonvalue import NotLosslessJSONError, snapshot
+from ..core.registry import execution_mode
 from ..core.types import ToolExecutionResult
 from ..log import context_message_event, tool_result_event
 from .client import AgentScope
@@ -70,25 +71,30 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
             result = ToolExecutionResult({"call_id": call.get("call_id"), **error_result(exc)})
         return result, time.perf_counter() - started
 
-    async def mode(call: Mapping[str, Any]) -> str:
+    async def modes() -> list[str]:
+        """Each call's execution mode, from one read of the agent's view."""
         try:
-            return (await scope.execution_mode(dict(call)))["kind"]
+            visible = {d.name: d for d in await scope.visible()}
         except Exception:
-            return "exclusive"
+            return ["exclusive"] * len(calls)  # no view: nothing runs alongside anything
+        return [execution_mode(visible.get(name) if isinstance(name := call.get("name"), str) else None,
+                               call.get("arguments"))["kind"] for call in calls]
 
     async def run() -> list[ToolExecutionResult]:
-        kinds = await asyncio.gather(*(mode(call) for call in calls))
+        kinds = await modes()
         results: list[ToolExecutionResult] = []
         contexts: list[Any] = []
         for group in _groups(calls, kinds):
             outcomes = await asyncio.gather(*(one(call) for call in group))
+            events = []
             for call, (result, seconds) in zip(group, outcomes):  # reported and logged in call order
                 if on_result is not None:
                     on_result(call, result, seconds)
-                await session.append(tool_result_event(_logged_arguments(call.get("arguments")),
-                                                       str(call.get("name")), result))
+                events.append(tool_result_event(_logged_arguments(call.get("arguments")), str(call.get("name")),
+                                                result))
                 contexts.extend(result.get("additional_context") or [])
                 results.append(result)
+            await session.append_many(events)  # one round trip per group, still one record per call
         if contexts:
             await session.append(context_message_event(contexts))
         return results

@@ -120,3 +120,20 @@ def test_replay_renders_the_same_cards_from_the_log_every_time():
     assert first[0] == {"call_id": "1", "name": "shell", "call": {"card": "terminal", "title": "ls"},
                         "result": {"card": "terminal", "output": "a b", "exit_code": 0}}
     assert first[1]["call"] is None and first[1]["result"] is None
+
+
+def test_a_batch_is_written_in_order_under_one_fsync_and_reads_back_whole(tmp_path, monkeypatch):
+    import os as _os
+
+    from dsh_actors.log import FrameFile
+
+    syncs = []
+    real = _os.fsync
+    monkeypatch.setattr(_os, "fsync", lambda fd: (syncs.append(fd), real(fd))[1])
+    path = tmp_path / "batch.log"
+    with FrameFile(path) as log:
+        before = len(syncs)
+        assert log.append_many([{"n": 1}, {"n": 2}, {"n": 3}]) == [0, 1, 2]
+        assert len(syncs) - before == 1  # one fsync covers the batch
+    with FrameFile(path) as again:
+        assert again.records() == [{"n": 1}, {"n": 2}, {"n": 3}]
