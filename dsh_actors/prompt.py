@@ -93,13 +93,13 @@ def _check_tool_order(order: Sequence[str] | None) -> list[str] | None:
     if order is None:
         return None
     order = list(order)
-    if order.count(UNLISTED) != 1:
-        raise PromptAssemblyError(f'tool_order must contain the "{UNLISTED}" rest entry exactly once')
     seen: set[str] = set()
-    for name in order:
+    for name in order:  # duplicates first: the rest marker twice is a duplicate too
         if name in seen:
             raise PromptAssemblyError(f'tool_order lists "{name}" more than once')
         seen.add(name)
+    if UNLISTED not in seen:
+        raise PromptAssemblyError(f'tool_order must contain the "{UNLISTED}" rest entry exactly once')
     return order
 
 
@@ -162,6 +162,11 @@ class SystemPrompt:
 
         disposers = [self.tools(provider)]
         if mode != "native":
+            shadows = sorted(str(e.scope) for e in self._sections if e.name == SDK_SECTION and e.scope is not None)
+            if shadows:  # added before the registry: the protection must not depend on order
+                disposers[0]()
+                raise DefinitionError(f'section "{SDK_SECTION}" is protected in Code Mode; a scope cannot shadow it '
+                                      f"(scoped sections named so exist for: {', '.join(shadows)})")
             async def sdk_text(context: Mapping[str, Any]) -> str:
                 return str(await settle(registry.sdk(context.get("scope"))))
 
@@ -216,8 +221,8 @@ class SystemPrompt:
         for entry in self._sections:  # globals first, in registration order
             if entry.scope is None:
                 chosen[entry.name] = entry
-        for entry in self._sections:  # a scoped section shadows by name
-            if scope is not None and entry.scope == scope:
+        for entry in self._sections:  # a scoped section shadows by name, never a protected one
+            if scope is not None and entry.scope == scope and entry.name not in self._protected_sections:
                 chosen[entry.name] = entry
         rendered = []
         for entry in sorted(chosen.values(), key=lambda e: e.order):  # stable: ties keep order

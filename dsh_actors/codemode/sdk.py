@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import keyword
+import re
+import unicodedata
 from typing import Any, Iterable, Mapping
 
 __all__ = ["SDK_INSTRUCTIONS", "SDK_SECTION", "SDK_ORDER", "json_schema_to_python", "render_sdk", "sdk_section_text"]
@@ -77,9 +79,32 @@ def _type(schema: Any) -> str:
 
 
 def _doc(text: Any) -> str:
+    """One line of text (whitespace runs collapsed); ``""`` for a non-str."""
     if not isinstance(text, str):
         return ""
-    return " ".join(text.split()).replace('"""', '\\"\\"\\"')
+    return " ".join(text.split())
+
+
+def _visible(char: str) -> str:
+    """A character Python source can carry as is, or its escape (controls, surrogates)."""
+    if unicodedata.category(char) in ("Cc", "Cs"):
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+def _comment(text: str) -> str:
+    """``text`` as the rest of a ``#`` comment line (nothing in it can end the line)."""
+    return "".join(_visible(c) for c in text)
+
+
+def _in_docstring(text: str) -> str:
+    """``text`` as it must be written inside a triple-quoted docstring so that nothing in
+    it can end the docstring or form a bad escape: backslashes doubled, any run of
+    quotes broken, a closing quote escaped, controls and surrogates escaped."""
+    out = "".join(_visible(c) if c != "\\" else "\\\\" for c in text)
+    out = re.sub('"{3,}', lambda m: '\\"' * len(m.group()), out)
+    return re.sub('"+$', lambda m: '\\"' * len(m.group()), out)
 
 
 def _signature(parameters: Any) -> tuple[str, list[str]]:
@@ -113,12 +138,13 @@ def render_sdk(schemas: Iterable[Mapping[str, Any]]) -> str:
         doc = [description] if description else []
         if not _is_identifier(name):
             # Not an identifier: no method can carry the name, so the stub states the call.
-            lines.append(f"    # await tools[{json.dumps(name, ensure_ascii=False)}]({params}) -> str")
-            lines.extend(f"    #     {d}".rstrip() for d in doc + (["Args:"] + arg_docs if arg_docs else []))
+            lines.append(_comment(f"    # await tools[{json.dumps(name, ensure_ascii=False)}]({params}) -> str"))
+            lines.extend(_comment(f"    #     {d}").rstrip() for d in doc + (["Args:"] + arg_docs if arg_docs else []))
             continue
         lines.append(f"    async def {name}({params}) -> str:")
         if arg_docs:
             doc += (["", "Args:"] if doc else ["Args:"]) + arg_docs
+        doc = [_in_docstring(d) for d in doc]
         if doc:
             lines.append('        """' + doc[0] if len(doc) > 1 else '        """' + doc[0] + '"""')
             if len(doc) > 1:

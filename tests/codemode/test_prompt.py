@@ -118,6 +118,21 @@ def test_listeners_may_add_but_not_remove_the_protected_pieces(runtime):
         prompt.section("tools:sdk", 1, "mine", scope="a1")
 
 
+def test_a_scoped_section_added_before_the_registry_cannot_shadow_the_sdk_either(runtime):
+    prompt = SystemPrompt()
+    prompt.section("tools:sdk", 1, "mine", scope="a1")  # before Code Mode arrives
+    with pytest.raises(DefinitionError, match="protected.*a1"):
+        prompt.add_registry(registry("code", runtime))
+    assert assemble(prompt, scope="a1").tool_names() == []  # the refused registry left nothing behind
+
+
+def test_the_rest_marker_twice_is_refused_as_a_duplicate():
+    with pytest.raises(PromptAssemblyError, match=f'tool_order lists "{UNLISTED}" more than once'):
+        SystemPrompt(tool_order=["a", UNLISTED, "b", UNLISTED])
+    with pytest.raises(PromptAssemblyError, match=f'must contain the "{UNLISTED}" rest entry'):
+        SystemPrompt(tool_order=["a"])
+
+
 def test_scoped_listeners_hear_only_their_scope():
     prompt = SystemPrompt()
     prompt.section("base", 0, "base")
