@@ -86,7 +86,7 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
         contexts: list[Any] = []
         for group in _groups(calls, kinds):
             outcomes = await asyncio.gather(*(one(call) for call in group))
-            events = []
+            events: list[Mapping[str, Any]] = []
             for call, (result, seconds) in zip(group, outcomes):  # reported and logged in call order
                 if on_result is not None:
                     on_result(call, result, seconds)

@@ -9,8 +9,6 @@ import sys
 import textwrap
 import time
 
-import pytest
-import ray
 
 from dsh_actors import HarnessError, define_tool, text_block
 
