@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-import ray
 
 from ..core.errors import error_result
 from ..core.pipeline import finish
@@ -24,7 +23,7 @@ from .errors import ACTOR_GONE, WorkerCrashedError, died_for_good, translate
 from .executor import cancel_task
 from .link import RegistryLink
 from .plans import PlanCache, fetch_plan
-from .signals import portable_reason, publish_signal
+from .signals import send_signal
 from .version import version_key
 from .wire import Outcome, PlanTicket, pack_call
 
@@ -138,14 +137,10 @@ class Dispatcher:
             if failure is not None:  # unusable input never leaves this process
                 ticket = await self._plans.ticket(execution.agent)
                 return await self._finish_here(execution, ticket, failure)
-            signal = execution.signal
             signal_id = aborted = hub = None
-            if signal is not None:
+            if execution.signal is not None:
                 hub = await self._link.signal_hub()
-                if signal.aborted:
-                    aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
-                else:
-                    signal_id, unpublish = publish_signal(signal, hub)
+                signal_id, aborted, unpublish = send_signal(execution.signal, hub)
             attempt, box, executor = 0, None, await self._pool.pick()
             while True:
                 if ticket is None:

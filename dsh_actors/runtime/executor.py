@@ -38,7 +38,7 @@ from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from .placement import demand, execution_options, feasible, force_stop
-from .signals import portable_reason, publish_signal, signal_of
+from .signals import send_signal, signal_of
 from .version import read_version
 from .wire import Outcome, pack_call, unpack_call, unpack_execution
 
@@ -211,15 +211,10 @@ class _Placement:
         async def execute(args: Any, ctx: ToolRunContext) -> Any:
             await _placeable(name, needed, patience_s)
             signal = ctx.signal
-            signal_id = aborted = None
-            unpublish: Callable[[], None] | None = None
-            hub = None
+            signal_id = aborted = unpublish = hub = None
             if signal is not None:
                 hub = await self.hub()
-                if signal.aborted:
-                    aborted = ray.cloudpickle.dumps(portable_reason(signal.reason))
-                else:
-                    signal_id, unpublish = publish_signal(signal, hub)
+                signal_id, aborted, unpublish = send_signal(signal, hub)
             envelope = pack_call(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted)
             ref = bound.remote(envelope, self.plan_box, hub)
             stopper = ForceStop.arm(ref, limits, signal)

@@ -23,7 +23,7 @@ import ray
 from ..core.signal import AbortController, AbortSignal
 from .errors import ACTOR_GONE, died_for_good
 
-__all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "signal_of"]
+__all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "send_signal", "signal_of"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
 _RETRY_S = 0.2  # while the hub restarts
@@ -226,6 +226,16 @@ def link_remote_signal(hub: HubRef, signal_id: str) -> tuple[AbortSignal, Callab
     and the function that releases it when the call is over."""
     signal = RemoteSignal(hub, signal_id)
     return signal, signal.stop
+
+
+def send_signal(signal: AbortSignal, hub: HubRef) -> tuple[str | None, bytes | None, Callable[[], None] | None]:
+    """How ``signal`` travels with a call's envelope (the sending twin of :func:`signal_of`):
+    ``(signal_id, aborted, release)`` — an already-aborted signal carries its pickled
+    reason, a live one an id on ``hub`` and the function to call when the call is over."""
+    if signal.aborted:
+        return None, ray.cloudpickle.dumps(portable_reason(signal.reason)), None
+    signal_id, release = publish_signal(signal, hub)
+    return signal_id, None, release
 
 
 def signal_of(call: dict[str, Any], hub: Any) -> tuple[AbortSignal | None, Callable[[], None] | None]:
