@@ -33,7 +33,7 @@ from .link import RegistryLink, link
 from .local import ensure_ray
 from .registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .response import Response
-from .revive import live_actor
+from .revive import live_actor, release
 from .wire import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
@@ -332,10 +332,7 @@ class ToolRegistry(_Registrar):
         except RAY_ERROR:
             scopes = []
         for scope in scopes:
-            try:
-                ray.kill(scope)
-            except Exception:
-                pass
+            release(scope)
         ray.kill(handle)
 
 

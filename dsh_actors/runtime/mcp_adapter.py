@@ -28,6 +28,7 @@ import ray
 from ..core.errors import HarnessError, ToolArgsError, ToolTimeoutError
 from .client import Plugin, ToolRegistry
 from .errors import RAY_ERROR, translate
+from .revive import release
 
 __all__ = ["McpError", "McpPlugin", "McpServerActor"]
 
@@ -229,5 +230,4 @@ async def _end(plugin: Plugin, actor: Any) -> None:
         await plugin.dispose()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(actor.close.remote(), 15)
-    with contextlib.suppress(Exception):
-        ray.kill(actor)
+    release(actor)

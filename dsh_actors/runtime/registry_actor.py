@@ -29,7 +29,7 @@ from .errors import ACTOR_GONE, RegistryUnavailableError
 from .executor import ExecutorActor
 from .leases import Leases
 from .placement import execution_options
-from .revive import live_actor_async
+from .revive import live_actor_async, release
 from .scope_actor import SCOPE_OPTIONS, ScopeActor
 from .signals import HUB_OPTIONS, HubRef, SignalHub
 from .version import read_version, version_key, write_version
@@ -312,10 +312,7 @@ class RegistryActor:
         die: if it is the one on record, a new one starts from the agent's journal."""
         handle = self._scopes.get(agent)
         if handle is not None and dead is not None and handle._actor_id.hex() == dead:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:
-                pass
+            release(handle)
             handle = None
         if handle is None:
             options: dict[str, Any] = {"name": scope_actor_name(self._core.name, agent),
@@ -332,10 +329,7 @@ class RegistryActor:
         handle = self._scopes.pop(agent, None)
         self._journals.pop(agent, None)
         if handle is not None:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:
-                pass
+            release(handle)
         await self._settled(self._core.bump())
 
     def scopes(self) -> list[str]:

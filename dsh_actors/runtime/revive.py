@@ -17,13 +17,14 @@ import ray
 from ..core.errors import HarnessError
 from .errors import ACTOR_GONE, translate
 
-__all__ = ["live_actor", "live_actor_async"]
+__all__ = ["live_actor", "live_actor_async", "release"]
 
 _ATTEMPTS = 40
 _PAUSE_S = 0.25
 
 
-def _release(handle: Any) -> None:
+def release(handle: Any) -> None:
+    """Kill ``handle``'s actor for good; one already dead or gone is fine."""
     try:
         ray.kill(handle, no_restart=True)
     except Exception:
@@ -40,7 +41,7 @@ def live_actor(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: 
         except ACTOR_GONE as exc:
             if attempt == _ATTEMPTS - 1:
                 raise translate(exc, actor=unavailable, what=what) from None
-            _release(handle)
+            release(handle)
             time.sleep(_PAUSE_S)
     raise AssertionError("unreachable")
 
@@ -55,6 +56,6 @@ async def live_actor_async(create: Callable[[], Any], probe: Callable[[Any], Any
         except ACTOR_GONE as exc:
             if attempt == _ATTEMPTS - 1:
                 raise translate(exc, actor=unavailable, what=what) from None
-            _release(handle)
+            release(handle)
             await asyncio.sleep(_PAUSE_S)
     raise AssertionError("unreachable")
