@@ -160,13 +160,12 @@ class SystemPrompt:
                 known.append(RUN_CODE)
             return {"schemas": schemas, "known_names": known}
 
+        shadows = sorted(str(e.scope) for e in self._sections if e.name == SDK_SECTION and e.scope is not None)
+        if mode != "native" and shadows:  # added before the registry: the protection must not depend on order
+            raise DefinitionError(f'section "{SDK_SECTION}" is protected in Code Mode; a scope cannot shadow it '
+                                  f"(scoped sections named so exist for: {', '.join(shadows)})")
         disposers = [self.tools(provider)]
         if mode != "native":
-            shadows = sorted(str(e.scope) for e in self._sections if e.name == SDK_SECTION and e.scope is not None)
-            if shadows:  # added before the registry: the protection must not depend on order
-                disposers[0]()
-                raise DefinitionError(f'section "{SDK_SECTION}" is protected in Code Mode; a scope cannot shadow it '
-                                      f"(scoped sections named so exist for: {', '.join(shadows)})")
             async def sdk_text(context: Mapping[str, Any]) -> str:
                 return str(await settle(registry.sdk(context.get("scope"))))
 

@@ -8,10 +8,11 @@ publishes the new version before the change's call returns. ``ScopeCore`` is the
 class; the actor is a thin shell over it.
 
 Every change, once validated, is also written to the registry's journal for this agent
-(its frozen definition, compiled restriction or guard, under its registration id). When
-a scope actor dies, the registry starts a new one from that journal: the agent keeps its
-shadows, restrictions and guards — it never comes back with more tools than it had — and
-the registration ids its clients hold still dispose the same things.
+(its frozen definition, compiled restriction, guard or listener, under its registration
+id). When a scope actor dies, the registry starts a new one from that journal: the agent
+keeps its shadows, restrictions, guards and listeners — it never comes back with more
+tools than it had — and the registration ids its clients hold still dispose the same
+things.
 """
 
 from __future__ import annotations
@@ -179,9 +180,9 @@ class ScopeActor:
 
     async def plan(self) -> PlanTicket:
         async with self._lock:
-            version, plan = await self._plan()
-            if self._ticket is None or self._ticket.version != version:
-                self._ticket = PlanTicket.of(version, plan)
+            version, base, chains = await self._base_plan()
+            if self._ticket is None or self._ticket.version != version:  # composed only when stale
+                self._ticket = PlanTicket.of(version, compose_plan(base, chains, self._core.layer))
             return self._ticket
 
     async def get(self, name: str) -> ToolDefinition | None:
