@@ -2,16 +2,16 @@
 
 By default (``code_dispatch="in-task"``) the executor running ``run_code`` sends each
 sub-call itself: the bridge's FIFO already runs them one at a time in submission order,
-and the run's signal reaches every sub-call through the signal hub. Measured at 1.24×
-100 native calls against 1.68× through a queue actor (one more actor hop per sub-call).
+and the run's signal reaches every sub-call through the signal hub. A queue actor costs
+one more actor hop per sub-call (benchmarks/RESULTS.md has both, side by side).
 
 With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of
 :class:`CodeRunQueue` actors (created with the registry, so no run pays an actor
-start-up). Each ``run_code`` execution picks one and gets its own queue there, keyed by a run id: sub-calls run one at a time in submission
-order, each through the full pipeline as the calling agent (a Ray task per sub-call,
-with the tool's own Ray options). The run's signal is mirrored into the queue (its
-``abort`` runs in a control concurrency group, so it is never stuck behind a queued
-call): the in-flight sub-call's tool sees it, queued ones are abandoned, and the bridge
+start-up). Each ``run_code`` execution picks one and gets its own queue there, keyed by
+a run id: sub-calls run one at a time in submission order, each through the full
+pipeline on the executors as the calling agent. The run's signal is mirrored into the
+queue (its ``abort`` runs in a control concurrency group, so it is never stuck behind a
+queued call): the in-flight sub-call's tool sees it, queued ones are abandoned, and the bridge
 drains the queue before ``run_code`` returns. ``tool/code-dispatch`` events go to the
 session log whose id is the agent's id, when one is open.
 """

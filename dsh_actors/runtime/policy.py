@@ -16,9 +16,10 @@ pre-execute, execute and guards, ``(execution, result)`` for post-execute and
 ``tools/result``. A waterfall method may also take the plain listener's last parameter,
 ``call_next`` — ``(execution, call_next)``, ``(execution, result, call_next)`` — so one
 function works in process and in an actor: there, ``call_next()`` returns
-:data:`CONTINUE`, which the method returns to hand on. An actor that dies, raises a Ray error or does not answer within
-``timeout_s`` fails the call closed with ``POLICY_UNAVAILABLE``; a ``tools/result``
-observer is sent without waiting and its failure is logged.
+:data:`CONTINUE`, which the method returns to hand on. An actor that dies, raises a Ray
+error or does not answer within ``timeout_s`` fails the call closed with
+``POLICY_UNAVAILABLE``; a ``tools/result`` observer is sent without waiting and its
+failure is logged.
 """
 
 from __future__ import annotations
