@@ -101,21 +101,35 @@ async def latency_table(registry: ToolRegistry, total: int) -> str:
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
 class AsyncCaller:
-    """Times bare actor calls made from an async actor (where executors make them)."""
+    """Bare calls of a policy method made from an async actor (where executors make them)."""
 
-    async def median_ms(self, target, count, payload):
+    def __init__(self, target):
+        self.target = target
+
+    async def median_ms(self, count, payload, gap_s=0.0):
+        """``count`` calls one after another (``gap_s`` idle between them); p50 ms."""
         latencies = []
         for _ in range(count):
             start = time.perf_counter()
-            await target.check.remote(payload)
+            await self.target.check.remote(payload)
             latencies.append((time.perf_counter() - start) * 1e3)
+            if gap_s:
+                await asyncio.sleep(gap_s)
         return statistics.median(latencies)
+
+    async def one(self, payload):
+        """What a call with one policy actor does around its policy: one bare call."""
+        await self.target.check.remote(payload)
+
+    async def zero(self, payload):
+        return None
 
 
 async def policy_table(total: int, rounds: int = 3) -> str:
     """Calls with 0, 1, 3 and 5 policy actors in pre-execute, against one bare call of the
-    same policy method with the same execution, made from an async actor. Rounds are
-    interleaved and the medians of the rounds reported, to damp a shared machine's noise."""
+    same policy method with the same execution made from an async actor — measured three
+    ways, because how long an actor call takes here depends on how busy the processes were
+    just before it. Rounds are interleaved and the medians of the rounds reported."""
     args = {"text": "hello"}
     counts = (0, 1, 3, 5)
     scopes, registries = {}, []
@@ -127,20 +141,25 @@ async def policy_table(total: int, rounds: int = 3) -> str:
             await registry.on("tools/pre-execute", actor_listener(PassPolicy.remote(), "check"))
         scopes[count] = registry.scope("agent")
         await drive(lambda i: scopes[count].execute(call_id=str(i), name="echo", arguments=args), 30, 1)
-    caller, policy = AsyncCaller.remote(), PassPolicy.remote()
+    caller = AsyncCaller.remote(PassPolicy.remote())
     payload = ToolExecution(call_id="c", name="echo", arguments=args, agent="agent")
-    await caller.median_ms.remote(policy, 30, payload)
+    await caller.median_ms.remote(30, payload)
     p50s: dict[int, list[float]] = {count: [] for count in counts}
-    bare: list[float] = []
+    bare: dict[str, list[float]] = {"tight": [], "gap": [], "one": [], "zero": []}
     for _ in range(rounds):
         for count in counts:
             latencies, _ = await drive(lambda i: scopes[count].execute(call_id=str(i), name="echo", arguments=args),
                                        total, 1)
             p50s[count].append(statistics.median(latencies))
-        bare.append(await caller.median_ms.remote(policy, total, payload))
+        bare["tight"].append(await caller.median_ms.remote(total, payload))
+        bare["gap"].append(await caller.median_ms.remote(total // 2, payload, 0.005))
+        for method in ("zero", "one"):
+            latencies, _ = await drive(lambda i: getattr(caller, method).remote(payload), total, 1)
+            bare[method].append(statistics.median(latencies))
     for registry in registries:
         registry.shutdown()
-    round_trip = statistics.median(bare)
+    tight, gap = statistics.median(bare["tight"]), statistics.median(bare["gap"])
+    per_call = statistics.median(one - zero for one, zero in zip(bare["one"], bare["zero"]))
     base = statistics.median(p50s[0])
     rows = []
     for count in counts:
@@ -148,11 +167,21 @@ async def policy_table(total: int, rounds: int = 3) -> str:
         per_actor = (p50 - base) / count if count else None
         rows.append([str(count), f"{p50:.2f}", f"{p50 - base:.2f}",
                      "—" if per_actor is None else f"{per_actor:.2f}",
-                     "—" if per_actor is None else f"{per_actor / round_trip:.2f}×"])
+                     "—" if per_actor is None else f"{per_actor / per_call:.2f}×",
+                     "—" if per_actor is None else f"{per_actor / tight:.2f}×"])
     text = table(["policy actors in pre-execute", "p50 ms", "added ms", "added ms per actor",
-                  "per actor vs bare call"], rows)
-    return text + (f"\n\nOne bare call of the same policy method with the same execution, made from an async "
-                   f"actor (same machine, same run, rounds interleaved): {round_trip:.2f} ms p50.")
+                  "per actor vs bare call in a driver's call", "vs bare calls back to back"], rows)
+    return text + (
+        "\n\nOne bare call of the same policy method with the same execution, made from an async actor "
+        "(same run, rounds interleaved):\n\n"
+        f"- added to an async actor's method that the driver calls, one call each time — the position a "
+        f"policy actor has in the chain: **{per_call:.2f} ms** (p50 of driver→actor→policy minus "
+        f"driver→actor);\n"
+        f"- the same calls back to back in a loop inside the actor: {tight:.2f} ms;\n"
+        f"- in a loop with 5 ms idle between calls: {gap:.2f} ms.\n\n"
+        "The last two differ only in how busy the processes were just before the call: on this VM a process "
+        "that has been idle a few ms answers later (wake-up), and a policy call in a chain always follows "
+        "idle time. Goal: per actor ≤ 1.1× the first figure.")
 
 
 def pss_mb(pid: int) -> float:

@@ -4,7 +4,8 @@
 here, in the caller's process — and sends it as one envelope to an executor actor
 picked from :class:`ExecutorPool`; it resubmits when the executor answers *stale* or
 *need plan* (nothing ran), and finishes the call here when its input was unusable or
-its executor died, so the caller always gets exactly one result.
+its executor died, so the caller always gets exactly one result. A call made on an
+executor's own loop (a Code Mode sub-call) runs on that executor without a Ray hop.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..core.pipeline import finish
 from ..core.pipeline.create import create_execution
 from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
 from .errors import ACTOR_GONE, WorkerCrashedError, died_for_good, translate
-from .executor import cancel_task
+from .executor import cancel_task, executor_here
 from .link import RegistryLink
 from .plans import PlanCache, fetch_plan
 from .signals import send_signal
@@ -137,19 +138,27 @@ class Dispatcher:
             if failure is not None:  # unusable input never leaves this process
                 ticket = await self._plans.ticket(execution.agent)
                 return await self._finish_here(execution, ticket, failure)
+            # A call made on an executor's own loop (a Code Mode sub-call sent by its run)
+            # runs on that executor: no Ray hop, and its signal passes as it is.
+            here = executor_here(self._link.namespace, self._link.name)
             signal_id = aborted = hub = None
-            if execution.signal is not None:
+            if execution.signal is not None and here is None:
                 hub = await self._link.signal_hub()
                 signal_id, aborted, unpublish = send_signal(execution.signal, hub)
-            attempt, box, executor = 0, None, await self._pool.pick()
+            executor: Any = here or await self._pool.pick()
+            attempt, box = 0, None
             while True:
                 if ticket is None:
                     ticket = await self._plans.ticket(execution.agent, refresh=attempt > 0)
                 check = None if attempt >= _STALE_RETRIES or self._plans.current(ticket) else ticket.version
                 envelope = pack_call(execution, version=check, plan_id=ticket.plan_id, key=self._key,
                                      signal_id=signal_id, aborted=aborted)
-                ref = executor.execute.remote(envelope) if box is None and hub is None \
-                    else executor.execute.remote(envelope, box, hub)
+                if here is not None:
+                    ref: Any = asyncio.ensure_future(here.execute_here(envelope, box, execution.signal))
+                elif box is None and hub is None:
+                    ref = executor.execute.remote(envelope)
+                else:
+                    ref = executor.execute.remote(envelope, box, hub)
                 cancel_box[:] = [ref]
                 try:
                     outcome = Outcome.read(await ref)
@@ -166,7 +175,7 @@ class Dispatcher:
                     box = ticket.plan_box
                     continue
                 # stale: a fresh plan, again (on whichever executor is next)
-                attempt, ticket, box, executor = attempt + 1, None, None, await self._pool.pick()
+                attempt, ticket, box, executor = attempt + 1, None, None, here or await self._pool.pick()
         except asyncio.CancelledError:
             if cancel_box:
                 cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too

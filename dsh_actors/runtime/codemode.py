@@ -1,9 +1,11 @@
 """Code Mode on Ray: the run's sub-calls, sent from its executor or through a queue actor.
 
-By default (``code_dispatch="in-task"``) the executor running ``run_code`` sends each
-sub-call itself: the bridge's FIFO already runs them one at a time in submission order,
-and the run's signal reaches every sub-call through the signal hub. A queue actor costs
-one more actor hop per sub-call (benchmarks/RESULTS.md has both, side by side).
+By default (``code_dispatch="in-task"``) the executor running ``run_code`` runs each
+sub-call itself, on its own loop with no Ray hop (the dispatcher sees it is on an
+executor): the bridge's FIFO already runs them one at a time in submission order, each
+through the full pipeline as the calling agent, and the run's signal is passed to every
+sub-call as it is. A queue actor costs two actor hops more per sub-call
+(benchmarks/RESULTS.md has both, side by side).
 
 With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of
 :class:`CodeRunQueue` actors (created with the registry, so no run pays an actor
@@ -186,8 +188,8 @@ def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any
 
 
 def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
-    """Sub-calls sent by the run's own task: the bridge's FIFO already serialises them and
-    the run's signal travels with each through the signal hub; one actor hop less."""
+    """Sub-calls run by the run's own executor: the bridge's FIFO already serialises them
+    and the run's signal goes with each (see the module docs)."""
     def dispatch(run_signal: Any) -> Any:
         calls = dispatcher(link(registry, namespace))
 

@@ -42,7 +42,7 @@ from .signals import send_signal, signal_of
 from .version import read_version
 from .wire import Outcome, pack_call, unpack_call, unpack_execution
 
-__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
+__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "executor_here", "run_body_task"]
 
 CANCEL_GRACE_S = 2.0
 """How long a cancelled body task gets to stop on its own before its worker is killed."""
@@ -52,7 +52,11 @@ _PLANS = 256
 def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
     """Cancel a task: politely first, then (still running after ``grace_s``) by killing its
     worker. Executions never retry, so a killed body does not run again. (An actor task
-    can only be cancelled politely: its coroutine sees ``CancelledError``.)"""
+    can only be cancelled politely: its coroutine sees ``CancelledError``.) An asyncio task
+    (a call run in its caller's executor) is cancelled on its own loop."""
+    if isinstance(ref, asyncio.Future):
+        ref.get_loop().call_soon_threadsafe(ref.cancel)
+        return
     try:
         ray.cancel(ref)
     except Exception:
@@ -290,8 +294,23 @@ class ExecutorCore:
         A call carries ``plan_box`` only after this executor answered ``NEED_PLAN``, and
         ``hub`` only when its caller passed a signal: one bytes argument is the cheapest
         thing Ray ships, and the result's bytes are the cheapest thing it returns."""
-        BODY_RUNNER.set(self._run_in_thread)
+        _HERE[(self.namespace, self.registry)] = (self, asyncio.get_running_loop())
         call = unpack_call(envelope)
+        signal, stop = signal_of(call, hub)
+        try:
+            return await self._run(call, plan_box, signal)
+        finally:
+            if stop is not None:
+                stop()
+
+    async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
+        """:meth:`execute` for a call made in this executor's own process and loop (a Code
+        Mode sub-call sent by its run): the same envelope, plan and outcome, with the
+        caller's signal passed as it is instead of through the signal hub."""
+        return await self._run(unpack_call(envelope), plan_box, signal)
+
+    async def _run(self, call: dict[str, Any], plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
+        BODY_RUNNER.set(self._run_in_thread)
         if call["version"] is not None:
             current = await asyncio.get_running_loop().run_in_executor(self._threads, read_version, call["key"])
             if current != call["version"]:
@@ -299,12 +318,23 @@ class ExecutorCore:
         plan = await self._plan(call["plan"], plan_box)
         if isinstance(plan, bytes):
             return plan
-        signal, stop = signal_of(call, hub)
-        try:
-            return Outcome.result(await pipeline.run(unpack_execution(call, signal), plan))
-        finally:
-            if stop is not None:
-                stop()
+        return Outcome.result(await pipeline.run(unpack_execution(call, signal), plan))
+
+
+_HERE: dict[tuple[str, str], tuple[ExecutorCore, asyncio.AbstractEventLoop]] = {}
+
+
+def executor_here(namespace: str, registry: str) -> ExecutorCore | None:
+    """The executor of registry ``(namespace, registry)`` running in this process whose
+    loop is the running one, if any: a call made there runs on it without a Ray hop."""
+    found = _HERE.get((namespace, registry))
+    if found is None:
+        return None
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return found[0] if found[1] is running else None
 
 
 ExecutorActor = ray.remote(ExecutorCore)

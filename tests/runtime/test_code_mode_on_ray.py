@@ -169,3 +169,20 @@ def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_run
             assert again.text == f"after {i}" and not again.is_error
     finally:
         registry.shutdown()
+
+
+def test_in_task_sub_calls_run_on_the_runs_own_executor_without_a_ray_hop(ray_cluster):
+    registry = ToolRegistry.connect(f"code-here-{time.monotonic_ns()}", mode="code", executors=2,
+                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
+                                                                   max_wall_ms=60_000))
+    try:
+        registry.register(echo(execute=lambda a, c: [text_block(str(os.getpid()))])).result(T)
+        executors = ray.get(registry._handle().executors.remote(), timeout=T)
+        pids = set(ray.get([e.__ray_call__.remote(lambda self: os.getpid()) for e in executors], timeout=T))
+        assert len(pids) == 2
+        native = {int(registry.execute(call_id=f"n{i}", name="echo", arguments={}).result(T).text) for i in range(4)}
+        assert native == pids  # native calls are spread over the pool ...
+        ran = run_code(registry.scope("here"), "return [await tools.echo() for _ in range(6)]")
+        assert len(set(eval(ran.text))) == 1 and {int(p) for p in eval(ran.text)} <= pids  # ... a run's sub-calls stay home
+    finally:
+        registry.shutdown()
