@@ -1,8 +1,8 @@
 """Native calls on the Ray runtime, side by side with a bare Ray task and a bare actor call.
 
 Run: ``python benchmarks/runtime_calls.py``. Starts (or joins) a Ray instance and writes
-three tables to RESULTS.md: latency and throughput at 1/16/64 calls in flight; the cost
-of 1, 3 and 5 policy actors in the chain; agent scope actors (memory, creation time).
+two tables to RESULTS.md: latency and throughput at 1/16/64 calls in flight; the cost
+of 1, 3 and 5 policy actors in the chain. (Agent scopes: benchmarks/scopes.py.)
 """
 
 from __future__ import annotations
@@ -192,49 +192,24 @@ def pss_mb(pid: int) -> float:
     raise RuntimeError(f"no Pss line for pid {pid}")
 
 
-async def scope_table(count: int) -> str:
-    registry = ToolRegistry.connect("bench-scopes")
-    await registry.register(echo)
-    created = []
-    start_all = time.perf_counter()
-    for i in range(count):
-        start = time.perf_counter()
-        handle = await registry._scope_handle(f"agent-{i}")
-        await handle.ping.remote()
-        created.append((time.perf_counter() - start) * 1e3)
-    total_s = time.perf_counter() - start_all
-    pids = [await (await registry._scope_handle(f"agent-{i}")).__ray_call__.remote(lambda self: os.getpid())
-            for i in range(count)]
-    memory = [pss_mb(pid) for pid in pids]
-    registry.shutdown()
-    return table(
-        ["scope actors", "create p50 ms", "create max ms", "total s", "PSS per actor MB (median)"],
-        [[str(count), f"{statistics.median(created):.0f}", f"{max(created):.0f}", f"{total_s:.1f}",
-          f"{statistics.median(memory):.1f}"]],
-    )
-
-
-async def main(total: int, scopes: int) -> None:
+async def main(total: int) -> None:
     registry = ToolRegistry.connect("bench")
     await registry.register(echo)
     latency = await latency_table(registry, total)
     registry.shutdown()
     policies = await policy_table(total // 2)
-    scope_text = await scope_table(scopes)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     note = (f"\n\nLocal Ray instance, {cpus} CPUs, {os.cpu_count()} cores. Each bare task uses Ray's default "
             "of 1 CPU; dsh-actors executions are actor tasks on the registry's executors (no CPU reserved). "
             f"{total} calls per round; each row is the median of 3 interleaved rounds.")
     write_section("runtime_latency", "Ray runtime: native call latency and throughput", latency + note)
     write_section("runtime_policies", "Ray runtime: cost of policy actors in the chain", policies)
-    write_section("runtime_scopes", "Ray runtime: agent scope actors", scope_text)
-    print(latency + note, policies, scope_text, sep="\n\n")
+    print(latency + note, policies, sep="\n\n")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=400)
-    parser.add_argument("--scopes", type=int, default=20)
     options = parser.parse_args()
     ensure_ray()
-    asyncio.run(main(options.calls, options.scopes))
+    asyncio.run(main(options.calls))

@@ -210,7 +210,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     tag = uuid.uuid4().hex[:8]
     registries: dict[str, ToolRegistry] = {}
     for mode in sorted({e.mode for e in episodes}):
-        registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode,
+        registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode, scope_hosting="shared",  # a fleet
                                         code_runtime=CodeRuntimeConfig() if mode != "native" else None)
         for definition in reference_tools(str(workspace)):
             await registry.register(definition)

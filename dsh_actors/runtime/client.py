@@ -33,6 +33,7 @@ from .link import RegistryLink, link
 from .local import ensure_ray
 from .registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .response import Response
+from .scope_actor import SCOPE_HOSTINGS
 from .revive import live_actor, release
 from .wire import DEFAULT_NAMESPACE
 
@@ -160,7 +161,8 @@ class ToolRegistry(_Registrar):
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
                 mode: str = "native", code_runtime: Any = None, code_dispatch: str = "in-task",
-                executors: int | None = None) -> "ToolRegistry":
+                executors: int | None = None, scope_hosting: str = "dedicated",
+                scope_hosts: int | None = None) -> "ToolRegistry":
         """Get or create the registry actor ``name`` and return its client.
 
         ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
@@ -169,11 +171,16 @@ class ToolRegistry(_Registrar):
         executor sends its sub-calls, in order) or ``queue-actor`` (each run's queue lives
         in a pooled queue actor: one actor hop more per sub-call). ``executors`` is the
         size of the pool of executor actors that run the calls (default: one per alive
-        node, at least two). Connecting to an existing registry with a different mode
-        raises.
+        node, at least two). ``scope_hosting`` is ``dedicated`` (one actor per agent scope)
+        or ``shared`` (agent scopes hashed onto ``scope_hosts`` host actors, default one per
+        alive node and at least two: a scope costs kilobytes, not a process); the README
+        says which to choose when. Connecting to an existing registry with a different
+        mode or scope hosting raises.
         """
         if mode not in MODES:
             raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
+        if scope_hosting not in SCOPE_HOSTINGS:
+            raise DefinitionError(f'scope_hosting must be one of {", ".join(SCOPE_HOSTINGS)}; got {scope_hosting!r}')
         if code_dispatch not in ("queue-actor", "in-task"):
             raise DefinitionError(f'code_dispatch must be "queue-actor" or "in-task"; got {code_dispatch!r}')
         ensure_ray()
@@ -183,11 +190,15 @@ class ToolRegistry(_Registrar):
             options["lifetime"] = "detached"
         handle, config = live_actor(
             lambda: RegistryActor.options(**options).remote(  # type: ignore[attr-defined]
-                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors),
+                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors,
+                scope_hosting=scope_hosting, scope_hosts=scope_hosts),
             lambda h: h.config.remote(), what=f'registry "{name}"', unavailable=RegistryUnavailableError)
         actual = config["mode"]
         if actual != mode:
             raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
+        if config["scope_hosting"] != scope_hosting:
+            raise DefinitionError(f'registry "{name}" already hosts its scopes "{config["scope_hosting"]}", '
+                                  f'not "{scope_hosting}"; connect with scope_hosting="{config["scope_hosting"]}"')
         return cls(name, namespace, handle, mode)
 
     @property
@@ -325,7 +336,7 @@ class ToolRegistry(_Registrar):
         return Plugin(self, name)
 
     def shutdown(self) -> None:
-        """Kill the registry actor and every scope actor it made (ends the registry)."""
+        """Kill the registry actor and every scope host it made (ends the registry)."""
         handle = self._handle()
         try:
             scopes = ray.get(handle.scope_handles.remote(), timeout=30)

@@ -3,8 +3,8 @@
 Every client of a registry in a process (registries, scopes, plugins, the dispatcher,
 Code Mode sub-calls) shares one :class:`RegistryLink`, so a handle found dead by one of
 them is replaced for all. A dead registry is resolved again by name (``connect`` made a
-fresh one, which its owners register into again); a dead scope actor is replaced by the
-registry from that agent's journal; the signal hub is asked of the registry again.
+fresh one, which its owners register into again); a dead scope host is replaced by the
+registry from its agents' journals; the signal hub is asked of the registry again.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from .errors import DEAD_ACTORS, RegistryUnavailableError, ScopeUnavailableError, remote_call
+from .wire import host_index
 
 __all__ = ["RegistryLink", "link"]
 
@@ -35,7 +36,8 @@ class RegistryLink:
         self.namespace = namespace
         self.incarnation = 0
         self._actor: Any = None
-        self._scopes: dict[str, Any] = {}
+        self._scopes: dict[str, Any] = {}  # dedicated hosting: agent -> its host
+        self._hosts: list[Any] | None = None  # shared hosting's hosts ([]: dedicated hosting)
         self._hub: Any = None
         self._lock = threading.Lock()
 
@@ -50,6 +52,7 @@ class RegistryLink:
         self.incarnation += 1
         self._hub = None
         self._scopes.clear()
+        self._hosts = None
 
     def actor(self) -> Any:
         """The registry actor's handle; raises :class:`RegistryUnavailableError` when the
@@ -77,7 +80,17 @@ class RegistryLink:
                                  what="the registry")
 
     async def scope(self, agent: str) -> Any:
-        """The scope actor of ``agent`` (made on first use; one seen dead is replaced)."""
+        """The host of ``agent``'s scope (made on first use; one seen dead is replaced).
+        With shared hosting the agent is hashed onto the registry's hosts here, so a new
+        scope costs no registry call."""
+        if self._hosts is None:
+            self._hosts = list(await self.call("scope_hosts"))
+        hosts = self._hosts
+        if hosts:
+            index = host_index(agent, len(hosts))
+            if _dead(hosts[index]):
+                hosts[index] = await self.call("ensure_scope", agent, hosts[index]._actor_id.hex())
+            return hosts[index]
         handle = self._scopes.get(agent)
         if handle is None or _dead(handle):
             dead = None if handle is None else handle._actor_id.hex()
@@ -86,8 +99,9 @@ class RegistryLink:
         return handle
 
     async def call_scope(self, agent: str, method: str, *args: Any) -> Any:
+        """Await one method of ``agent``'s scope (every host method names the agent)."""
         handle = await self.scope(agent)
-        return await remote_call(getattr(handle, method), *args, unavailable=ScopeUnavailableError,
+        return await remote_call(getattr(handle, method), agent, *args, unavailable=ScopeUnavailableError,
                                  what=f"the scope of agent {agent!r}")
 
     def forget_scope(self, agent: str) -> None:

@@ -25,15 +25,15 @@ from ..core.registry import Chains, RegistryState, snapshot_definition
 from ..core.types import ToolDefinition, ToolSchema
 from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy
 from .codemode import QUEUE_OPTIONS, CodeRunQueue, ray_run_code
-from .errors import ACTOR_GONE, RegistryUnavailableError
+from .errors import ACTOR_GONE, RAY_ERROR, RegistryUnavailableError
 from .executor import ExecutorActor
 from .leases import Leases
 from .placement import execution_options
 from .revive import live_actor_async, release
-from .scope_actor import SCOPE_OPTIONS, ScopeActor
+from .scope_actor import SCOPE_HOSTINGS, SCOPE_OPTIONS, SHARED_HOST_CONCURRENCY, ScopeHost
 from .signals import HUB_OPTIONS, HubRef, SignalHub
 from .version import read_version, version_key, write_version
-from .wire import PlanTicket, approvals_actor_name, scope_actor_name
+from .wire import PlanTicket, approvals_actor_name, host_index, scope_actor_name
 
 __all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryCore"]
 
@@ -142,7 +142,10 @@ class RegistryActor:
 
     def __init__(self, name: str, namespace: str, detached: bool, mode: str = "native",
                  code_runtime: Any = None, code_dispatch: str = "in-task", queues: int = 2,
-                 executors: int | None = None, executor_concurrency: int = 10_000) -> None:
+                 executors: int | None = None, executor_concurrency: int = 10_000,
+                 scope_hosting: str = "dedicated", scope_hosts: int | None = None) -> None:
+        if scope_hosting not in SCOPE_HOSTINGS:
+            raise ValueError(f'scope_hosting must be one of {", ".join(SCOPE_HOSTINGS)}; got {scope_hosting!r}')
         self._name, self._namespace = name, namespace
         key = version_key(namespace, name)
         transport = None
@@ -156,7 +159,9 @@ class RegistryActor:
         self._core.version = read_version(key)  # a recreated registry never reuses a version
         self._core.bump()
         self._detached = detached
-        self._scopes: dict[str, Any] = {}
+        self._scopes: dict[str, Any] = {}  # dedicated hosting: agent -> its host
+        self._hosting, self._host_count = scope_hosting, scope_hosts
+        self._hosts: list[Any] = []  # shared hosting: the hosts, agents hashed onto them
         self._journals: dict[str, list[tuple[int, str, Any]]] = {}  # per agent: its scope's changes
         self._plans: dict[int, Any] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
@@ -165,6 +170,7 @@ class RegistryActor:
         self._executor_count, self._executor_concurrency = executors, executor_concurrency
         self._executors: list[Any] = []
         self.executors()  # created with the registry: the first call finds them started
+        self.scope_hosts()
         self._leases = Leases(lambda: self._core.version)
 
     # the subscription protocol
@@ -306,37 +312,79 @@ class RegistryActor:
     def journal_drop(self, agent: str, reg_id: int) -> None:
         self._journals[agent] = [entry for entry in self._journals.get(agent, []) if entry[0] != reg_id]
 
+    def _new_host(self, journals: dict[str, list[tuple[int, str, Any]]], strategy: Any = None,
+                  name: str | None = None) -> Any:
+        options: dict[str, Any] = {"namespace": self._core.namespace, **SCOPE_OPTIONS}
+        if name is not None:
+            options["name"] = name
+        if strategy is not None:
+            options.update(scheduling_strategy=strategy, max_concurrency=SHARED_HOST_CONCURRENCY)
+        if self._detached:
+            options["lifetime"] = "detached"
+        return ScopeHost.options(**options).remote(  # type: ignore[attr-defined]
+            self._core.name, self._core.namespace, journals)
+
+    def _new_shared_host(self, index: int, count: int, nodes: list[str]) -> Any:
+        """Shared host ``index`` of ``count``, pinned to ``nodes[index % len(nodes)]``, with
+        the journals of the agents hashed to it (none for a new registry)."""
+        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
+        journals = {agent: list(entries) for agent, entries in self._journals.items()
+                    if host_index(agent, count) == index}
+        return self._new_host(journals, strategy)
+
+    def scope_hosts(self) -> list[Any]:
+        """Shared hosting: the hosts, made with the registry (``scope_hosts`` of them,
+        default one per alive node and at least two), spread over the nodes; clients hash
+        an agent onto them (:func:`~.wire.host_index`). Dedicated hosting: ``[]``."""
+        if self._hosting == "shared" and not self._hosts:
+            nodes = _alive_nodes()
+            count = self._host_count or max(2, len(nodes))
+            self._hosts = [self._new_shared_host(i, count, nodes) for i in range(count)]
+        return self._hosts
+
     def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
-        """The scope actor of ``agent``, created on first use (it lives until the scope is
-        closed or the registry ends). ``dead`` is the id of a scope actor a client saw
-        die: if it is the one on record, a new one starts from the agent's journal."""
+        """The host of ``agent``'s scope. ``dead`` is the id of a host a client saw die:
+        if it is the one on record, a new one starts from its agents' journals. Dedicated
+        hosting makes the agent's host on first use (it lives until the scope is closed
+        or the registry ends)."""
+        if self._hosting == "shared":
+            index = host_index(agent, len(self._hosts))
+            if dead is not None and self._hosts[index]._actor_id.hex() == dead:
+                release(self._hosts[index])
+                self._hosts[index] = self._new_shared_host(index, len(self._hosts), _alive_nodes())
+            return self._hosts[index]
         handle = self._scopes.get(agent)
         if handle is not None and dead is not None and handle._actor_id.hex() == dead:
             release(handle)
             handle = None
         if handle is None:
-            options: dict[str, Any] = {"name": scope_actor_name(self._core.name, agent),
-                                       "namespace": self._core.namespace, **SCOPE_OPTIONS}
-            if self._detached:
-                options["lifetime"] = "detached"
-            handle = ScopeActor.options(**options).remote(  # type: ignore[attr-defined]
-                self._core.name, self._core.namespace, agent, list(self._journals.get(agent, [])))
+            handle = self._new_host({agent: list(self._journals.get(agent, []))},
+                                    name=scope_actor_name(self._core.name, agent))
             self._scopes[agent] = handle
         return handle
 
     async def drop_scope(self, agent: str) -> None:
-        """A closed scope: release its actor and everything kept for it."""
-        handle = self._scopes.pop(agent, None)
+        """A closed scope: release its host (dedicated) or its place in one (shared), and
+        everything kept for it."""
         self._journals.pop(agent, None)
+        handle = self._scopes.pop(agent, None)
         if handle is not None:
             release(handle)
+        elif self._hosts:
+            try:
+                await self._hosts[host_index(agent, len(self._hosts))].forget.remote(agent)
+            except RAY_ERROR:
+                pass  # the host died: its successor starts without this agent's journal
         await self._settled(self._core.bump())
 
-    def scopes(self) -> list[str]:
-        return sorted(self._scopes)
+    async def scopes(self) -> list[str]:
+        """The agents whose scopes are live."""
+        hosted = await asyncio.gather(*(host.agents.remote() for host in self._hosts), return_exceptions=True)
+        return sorted({*self._scopes, *(a for agents in hosted if isinstance(agents, list) for a in agents)})
 
     def scope_handles(self) -> list[Any]:
-        return list(self._scopes.values())
+        """Every scope host (to end them with the registry)."""
+        return [*self._scopes.values(), *self._hosts]
 
     # the executor pool
 
@@ -380,4 +428,5 @@ class RegistryActor:
     def config(self) -> dict[str, Any]:
         """The mode and whether a code runtime is configured (for the SDK and clients)."""
         return {"mode": self._mode, "code_runtime": self._code_runtime is not None,
+                "scope_hosting": self._hosting,
                 "dialect": dialect(self._code_runtime) if self._code_runtime is not None else None}

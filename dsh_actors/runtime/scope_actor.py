@@ -1,15 +1,21 @@
-"""The agent scope actor: one per agent, owning everything scoped to that agent.
+"""Agent scopes on Ray: each agent's scope lives in a scope host actor.
 
-Its layer is the agent's scoped tools (shadowing same-named globals), restrictions,
+Two hostings, chosen when the registry is connected (:data:`SCOPE_HOSTINGS`):
+``dedicated`` — one host actor per agent (its own process: isolation, and a crash takes
+one agent's scope with it); ``shared`` — agents hashed onto a fixed set of hosts spread
+over the nodes, so a scope costs kilobytes and no process start. Either way a scope is
+the same unit: its own state, its changes applied in order, its own ``close()``.
+
+An agent's layer is the agent's scoped tools (shadowing same-named globals), restrictions,
 guards and listeners (which hear only its calls; their order among the global listeners
 comes from the registry's one registration sequence). It composes the agent's plan from
 the registry's base plan and its layer, and reports every change to the registry, which
 publishes the new version before the change's call returns. ``ScopeCore`` is the plain
-class; the actor is a thin shell over it.
+class; :class:`ScopeHost` is the actor that keeps scopes and talks to the registry.
 
 Every change, once validated, is also written to the registry's journal for this agent
 (its frozen definition, compiled restriction, guard or listener, under its registration
-id). When a scope actor dies, the registry starts a new one from that journal: the agent
+id). When a host dies, the registry starts a new one from its agents' journals: each agent
 keeps its shadows, restrictions, guards and listeners — it never comes back with more
 tools than it had — and the registration ids its clients hold still dispose the same
 things.
@@ -29,7 +35,7 @@ from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
 from .wire import PlanTicket
 
-__all__ = ["SCOPE_OPTIONS", "ScopeActor", "ScopeCore"]
+__all__ = ["SCOPE_HOSTINGS", "SCOPE_OPTIONS", "SHARED_HOST_CONCURRENCY", "ScopeCore", "ScopeHost"]
 
 
 class ScopeCore:
@@ -92,111 +98,157 @@ class ScopeCore:
         return [*global_names, *(n for n in self.layer.tools if n not in global_names)]
 
 
+SCOPE_HOSTINGS = ("dedicated", "shared")
+"""How agent scopes are hosted: one actor per agent, or many agents per host actor."""
+
 SCOPE_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
-"""Options of a scope actor (a dead one is replaced from its journal, not restarted)."""
+"""Options of a scope host (a dead one is replaced from its agents' journals, not restarted)."""
+
+SHARED_HOST_CONCURRENCY = 10_000
+"""How many requests a shared host serves at once (its agents' plans, views, changes)."""
+
+
+class _Scope:
+    """One hosted agent scope: its layer, the lock that orders its changes, its plan ticket."""
+
+    __slots__ = ("core", "lock", "ticket", "closed")
+
+    def __init__(self, core: ScopeCore) -> None:
+        self.core = core
+        self.lock = asyncio.Lock()
+        self.ticket: PlanTicket | None = None
+        self.closed = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"the scope of agent {self.core.agent!r} is closed; ask the registry for a new one")
 
 
 @ray.remote
-class ScopeActor:
-    """Ray shell over :class:`ScopeCore`; async so plan requests never queue behind a change."""
+class ScopeHost:
+    """Hosts agent scopes: one agent's (``dedicated`` hosting) or every agent hashed to it
+    (``shared``). Each scope keeps its own state, its changes applied in order under its
+    own lock, its own lifetime (:meth:`close`, then :meth:`forget`). A scope is made on
+    its agent's first request, from the journal the registry handed this host (a
+    replacement host gets its agents' journals). Async, so plan requests never queue
+    behind a change; every method names the agent it serves."""
 
-    def __init__(self, registry_name: str, namespace: str, agent: str,
-                 journal: list[tuple[int, str, Any]] | None = None) -> None:
-        self._core = ScopeCore(agent, journal or [])
+    def __init__(self, registry_name: str, namespace: str,
+                 journals: Mapping[str, list[tuple[int, str, Any]]] | None = None) -> None:
         self._registry = ray.get_actor(registry_name, namespace=namespace)
-        self._lock = asyncio.Lock()
+        self._journals = dict(journals or {})  # replayed into a scope when first asked for
+        self._scopes: dict[str, _Scope] = {}
         self._base: tuple[int, ExecutionPlan, Chains] | None = None
-        self._ticket: PlanTicket | None = None
-        self._closed = False
+        self._base_ticket: PlanTicket | None = None  # shared by every scope with an empty layer
+
+    def _scope(self, agent: str) -> _Scope:
+        scope = self._scopes.get(agent)
+        if scope is None:
+            scope = self._scopes[agent] = _Scope(ScopeCore(agent, self._journals.pop(agent, ())))
+        return scope
 
     async def _reserved(self) -> tuple[str, ...]:
         _, base, _ = await self._base_plan()
         return tuple(base.reserved)
 
-    async def _changed(self) -> int:
-        return await self._registry.bump.remote()  # type: ignore[no-any-return]
-
     async def _base_plan(self) -> tuple[int, ExecutionPlan, Chains]:
-        # Every change (this scope's included) moves the registry's version: it alone
-        # says whether anything cached here is current.
+        # Every change (any scope's included) moves the registry's version: it alone says
+        # whether anything cached here is current.
         version = await self._registry.version.remote()
         if self._base is None or self._base[0] != version:
             self._base = await self._registry.base_plan.remote()
         return self._base
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"the scope of agent {self._core.agent!r} is closed; ask the registry for a new one")
-
     # registrations
 
-    async def _journaled(self, kind: str, reg_id: int, payload: Any) -> int:
-        await self._registry.journal_add.remote(self._core.agent, reg_id, kind, payload)
-        await self._changed()
-        return reg_id
+    async def _change(self, agent: str, kind: str, make: Callable[[ScopeCore], Any]) -> int:
+        """Apply one change to ``agent``'s scope under its lock: validate and apply it
+        (``make``), journal it at the registry, then have the registry publish the new
+        version — all before the change's call returns."""
+        scope = self._scope(agent)
+        async with scope.lock:
+            scope.check_open()
+            reg_id, payload = await make(scope.core)
+            await self._registry.journal_add.remote(agent, reg_id, kind, payload)
+            await self._registry.bump.remote()
+            return reg_id  # type: ignore[no-any-return]
 
-    async def register(self, definition: Any) -> int:
-        async with self._lock:
-            self._check_open()
-            reg_id, frozen = self._core.register(definition, await self._reserved())
-            return await self._journaled("tool", reg_id, frozen)
+    async def register(self, agent: str, definition: Any) -> int:
+        async def make(core: ScopeCore) -> Any:
+            return core.register(definition, await self._reserved())
+        return await self._change(agent, "tool", make)
 
-    async def restrict(self, spec: Mapping[str, Any] | None) -> int:
-        async with self._lock:
-            self._check_open()
+    async def restrict(self, agent: str, spec: Mapping[str, Any] | None) -> int:
+        async def make(core: ScopeCore) -> Any:
             names = await self._registry.global_names.remote()
-            reg_id, compiled = self._core.restrict(spec, names, await self._reserved())
-            return await self._journaled("restriction", reg_id, compiled)
+            return core.restrict(spec, names, await self._reserved())
+        return await self._change(agent, "restriction", make)
 
-    async def guard(self, guard: Callable[..., Any]) -> int:
-        async with self._lock:
-            self._check_open()
-            reg_id, checked = self._core.guard(guard)
-            return await self._journaled("guard", reg_id, checked)
+    async def guard(self, agent: str, guard: Callable[..., Any]) -> int:
+        async def make(core: ScopeCore) -> Any:
+            return core.guard(guard)
+        return await self._change(agent, "guard", make)
 
-    async def on(self, event: str, listener: Callable[..., Any], prepend: bool) -> int:
-        async with self._lock:
-            self._check_open()
-            reg_id, payload = self._core.on(event, listener, await self._registry.sequence.remote(), prepend)
-            return await self._journaled("listener", reg_id, payload)
+    async def on(self, agent: str, event: str, listener: Callable[..., Any], prepend: bool) -> int:
+        async def make(core: ScopeCore) -> Any:
+            return core.on(event, listener, await self._registry.sequence.remote(), prepend)
+        return await self._change(agent, "listener", make)
 
-    async def dispose(self, reg_id: int) -> None:
-        async with self._lock:
-            if self._core.dispose(reg_id):
-                await self._registry.journal_drop.remote(self._core.agent, reg_id)
-                await self._changed()
+    async def dispose(self, agent: str, reg_id: int) -> None:
+        scope = self._scope(agent)
+        async with scope.lock:
+            if scope.core.dispose(reg_id):
+                await self._registry.journal_drop.remote(agent, reg_id)
+                await self._registry.bump.remote()
 
-    async def close(self) -> None:
-        """Dispose everything this scope registered; the registry then releases this actor."""
-        async with self._lock:
-            self._core.dispose_all()
-            self._closed = True
+    async def close(self, agent: str) -> None:
+        """Dispose everything ``agent``'s scope registered; the registry then releases it."""
+        scope = self._scope(agent)
+        async with scope.lock:
+            scope.core.dispose_all()
+            scope.closed = True
+
+    def forget(self, agent: str) -> None:
+        """Drop ``agent``'s (closed) scope: its id serves a new, empty scope from now on."""
+        self._scopes.pop(agent, None)
+        self._journals.pop(agent, None)
 
     # views and plans
 
-    async def _plan(self) -> tuple[int, ExecutionPlan]:
+    async def _plan(self, agent: str) -> tuple[int, ExecutionPlan]:
         version, base, chains = await self._base_plan()
-        return version, compose_plan(base, chains, self._core.layer)
+        return version, compose_plan(base, chains, self._scope(agent).core.layer)
 
-    async def plan(self) -> PlanTicket:
-        async with self._lock:
+    async def plan(self, agent: str) -> PlanTicket:
+        scope = self._scope(agent)
+        async with scope.lock:
             version, base, chains = await self._base_plan()
-            if self._ticket is None or self._ticket.version != version:  # composed only when stale
-                self._ticket = PlanTicket.of(version, compose_plan(base, chains, self._core.layer))
-            return self._ticket
+            if scope.core.layer.empty:  # its plan is the base plan: one ticket for all such scopes
+                if self._base_ticket is None or self._base_ticket.version != version:
+                    self._base_ticket = PlanTicket.of(version, base)
+                return self._base_ticket
+            if scope.ticket is None or scope.ticket.version != version:  # composed only when stale
+                scope.ticket = PlanTicket.of(version, compose_plan(base, chains, scope.core.layer))
+            return scope.ticket
 
-    async def get(self, name: str) -> ToolDefinition | None:
-        return (await self._plan())[1].tools.get(name)
+    async def get(self, agent: str, name: str) -> ToolDefinition | None:
+        return (await self._plan(agent))[1].tools.get(name)
 
-    async def visible(self) -> list[ToolDefinition]:
-        return list((await self._plan())[1].tools.values())
+    async def visible(self, agent: str) -> list[ToolDefinition]:
+        return list((await self._plan(agent))[1].tools.values())
 
-    async def known_names(self) -> list[str]:
-        return self._core.known_names(await self._registry.global_names.remote())
+    async def known_names(self, agent: str) -> list[str]:
+        return self._scope(agent).core.known_names(await self._registry.global_names.remote())
 
-    async def schemas(self) -> list[ToolSchema]:
-        return [d.schema() for d in (await self._plan())[1].tools.values()]
+    async def schemas(self, agent: str) -> list[ToolSchema]:
+        return [d.schema() for d in (await self._plan(agent))[1].tools.values()]
 
-    def ping(self) -> str:
+    def agents(self) -> list[str]:
+        """The agents whose scopes live here now."""
+        return sorted(self._scopes)
+
+    def ping(self, agent: str | None = None) -> str:
+        """Answer once up; with ``agent``, that agent's scope exists here afterwards."""
+        if agent is not None:
+            self._scope(agent)
         return "pong"
-

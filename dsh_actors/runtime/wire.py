@@ -14,6 +14,7 @@ Nothing here imports another runtime module: every layer above may import it.
 from __future__ import annotations
 
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ __all__ = [
     "Outcome",
     "PlanTicket",
     "approvals_actor_name",
+    "host_index",
     "pack_call",
     "scope_actor_name",
     "session_actor_name",
@@ -50,6 +52,12 @@ def scope_actor_name(registry: str, agent: str) -> str:
     """A new scope actor of ``agent``: each one (first, replacement after a death, after a
     close) takes a fresh name, because Ray may hold a dead actor's name for a while."""
     return f"dsh-scope:{registry}:{agent}#{uuid.uuid4().hex[:8]}"
+
+
+def host_index(agent: str, hosts: int) -> int:
+    """Which of ``hosts`` shared scope hosts keeps ``agent``'s scope: a hash stable across
+    processes (Python's own ``hash`` of a string is salted per process)."""
+    return zlib.crc32(agent.encode("utf-8", "surrogatepass")) % hosts
 
 
 def approvals_actor_name(registry: str) -> str:

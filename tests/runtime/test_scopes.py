@@ -1,4 +1,5 @@
-"""Registry and agent scope actors: registration, shadowing, restrictions, guards, views."""
+"""Registry and agent scopes: registration, shadowing, restrictions, guards, views — each
+scenario under both scope hostings (an actor per agent, and agents sharing host actors)."""
 
 import asyncio
 import time
@@ -12,6 +13,17 @@ from dsh_actors.runtime import Disposer, Response
 from .fixtures import echo
 
 T = 60
+
+_counter = iter(range(10**6))
+
+
+@pytest.fixture(params=["dedicated", "shared"])
+def registry(ray_cluster, request):
+    from dsh_actors.runtime import ToolRegistry
+
+    reg = ToolRegistry.connect(f"scopes-{request.param}-{next(_counter)}", scope_hosting=request.param)
+    yield reg
+    reg.shutdown()
 
 
 def names(definitions):
@@ -109,11 +121,16 @@ def test_closing_a_scope_disposes_its_tools_restrictions_guards_and_listeners(re
     scope.on("tools/pre-execute", lambda e, n: {"kind": "deny", "reason": "listener"}).result(T)
     assert ex(scope).text == "Error: listener"
     handle = asyncio.run(registry._scope_handle("a1"))
+    assert ray.get(handle.agents.remote(), timeout=T) == ["a1"]
     scope.close().result(T)
+    # The closed scope is released (its own actor, or its place in a shared host) and the
+    # id serves a new, empty scope.
+    if ray.get(registry._handle().config.remote(), timeout=T)["scope_hosting"] == "dedicated":
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(handle.ping.remote(), timeout=T)
+    else:
+        assert ray.get(handle.agents.remote(), timeout=T) == []
     assert ex(scope, text="plain").text == "plain"
-    # The closed scope's actor is released and the id serves a new, empty scope.
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(handle.ping.remote(), timeout=T)
     scope.register(echo("again")).result(T)
     assert names(scope.visible().result(T)) == ["echo", "again"]
 
@@ -209,3 +226,57 @@ def test_result_with_a_timeout_raises_timeout_error_and_the_call_can_still_be_aw
     with pytest.raises(TimeoutError, match="may still be running"):
         response.result(timeout_s=0.2)
     assert response.result(T).text == "done"
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_killed_shared_host_brings_every_agent_on_it_back_from_the_journals(ray_cluster, kill):
+    import os
+    import signal
+
+    from dsh_actors.runtime import ToolRegistry
+
+    registry = ToolRegistry.connect(f"shared-kill-{next(_counter)}", scope_hosting="shared", scope_hosts=1)
+    try:
+        for tool in ("echo", "rm"):
+            registry.register(echo(tool)).result(T)
+        careful, shadowed, closed = registry.scope("careful"), registry.scope("shadowed"), registry.scope("closed")
+        careful.restrict(deny=["rm"]).result(T)
+        shadowed.register(echo("echo", execute=lambda a, c: [{"type": "text", "text": "shadow"}])).result(T)
+        closed.restrict(allow=["echo"]).result(T)
+        closed.close().result(T)
+        handle = asyncio.run(registry._scope_handle("careful"))
+        assert handle._actor_id == asyncio.run(registry._scope_handle("shadowed"))._actor_id  # one host
+        if kill == "ray.kill":
+            ray.kill(handle)
+        else:
+            os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+        time.sleep(0.5)
+        first = ex(careful, "a1", "rm")  # may fail while the host is found dead; never runs rm
+        assert first.is_error
+        assert ex(careful, "a2", "rm").error["code"] == "UNKNOWN_TOOL"
+        assert ex(shadowed, "b", text="x").text == "shadow"
+        assert names(closed.visible().result(T)) == ["echo", "rm"]  # a closed scope stays closed: new and empty
+        fresh = asyncio.run(registry._scope_handle("careful"))
+        assert fresh._actor_id != handle._actor_id
+        assert sorted(ray.get(fresh.agents.remote(), timeout=T)) == ["careful", "closed", "shadowed"]
+    finally:
+        registry.shutdown()
+
+
+def test_shared_hosting_spreads_agents_over_its_hosts_and_a_mismatched_connect_is_refused(ray_cluster):
+    from dsh_actors.runtime import ToolRegistry
+
+    name = f"shared-spread-{next(_counter)}"
+    registry = ToolRegistry.connect(name, scope_hosting="shared", scope_hosts=3)
+    try:
+        registry.register(echo()).result(T)
+        for i in range(30):
+            assert ex(registry.scope(f"agent-{i}"), f"c{i}", text=str(i)).text == str(i)
+        hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)
+        per_host = [len(ray.get(h.agents.remote(), timeout=T)) for h in hosts]
+        assert len(hosts) == 3 and sum(per_host) == 30 and min(per_host) >= 3
+        assert sorted(ray.get(registry._handle().scopes.remote(), timeout=T)) == sorted(f"agent-{i}" for i in range(30))
+        with pytest.raises(DefinitionError, match='hosts its scopes "shared", not "dedicated"'):
+            ToolRegistry.connect(name)
+    finally:
+        registry.shutdown()
