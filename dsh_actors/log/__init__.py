@@ -9,7 +9,7 @@ from .events import (
     replay_cards,
     tool_result_event,
 )
-from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError, read_records
+from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError, LogScan, read_records, scan_log
 
 __all__ = [
     "EVENT_TYPES",
@@ -18,10 +18,12 @@ __all__ = [
     "FsyncPolicy",
     "InvalidEventError",
     "LogCorruptError",
+    "LogScan",
     "check_event",
     "context_message_event",
     "derive_messages",
     "replay_cards",
     "read_records",
+    "scan_log",
     "tool_result_event",
 ]

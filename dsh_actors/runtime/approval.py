@@ -23,7 +23,8 @@ import ray
 from ..core.pipeline import ApprovalRequest
 from .errors import ACTOR_GONE, RAY_ERROR, translate
 from .response import NamedActorClient, Response
-from .wire import approvals_actor_name, session_actor_name
+from .session import SessionLog
+from .wire import approvals_actor_name
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "POLICIES", "check_policy"]
 
@@ -73,11 +74,9 @@ class ApprovalQueueActor:
         self._cancelled: set[str] = set()
 
     async def _log(self, agent: str, event: dict[str, Any]) -> None:
-        try:
-            session = ray.get_actor(session_actor_name(agent), namespace=self._namespace)
-        except ValueError:
-            return  # no session open for this agent
-        await session.append.remote(event)
+        session = SessionLog.find(agent, self._namespace)
+        if session is not None:  # else no session is open for this agent
+            await session.append(event)
 
     async def request(self, request_id: str, agent: str, tool_name: str, call_id: str | None,
                       reason: str | None) -> str:

@@ -38,7 +38,7 @@ from .calls import CallInput, dispatcher
 from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
 from .link import link
 from .signals import portable_reason
-from .wire import session_actor_name
+from .session import SessionLog
 
 __all__ = ["DISPATCH_MODES", "QUEUE_OPTIONS", "CodeRunQueue", "ray_run_code"]
 
@@ -203,16 +203,13 @@ def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
 
 def _recorder(namespace: str) -> Callable[[], Any]:
     def per_run() -> Any:
-        sessions: dict[str, Any] = {}  # looked up once per run (a named-actor lookup costs ms)
+        sessions: dict[str, Any] = {}  # looked up once per run (a KV read)
 
         async def record(agent: str, event: dict[str, Any]) -> None:
             if agent not in sessions:
-                try:
-                    sessions[agent] = ray.get_actor(session_actor_name(agent), namespace=namespace)
-                except ValueError:
-                    sessions[agent] = None  # no session open for this agent
+                sessions[agent] = SessionLog.find(agent, namespace)  # None: no session open for it
             if sessions[agent] is not None:
-                await sessions[agent].append.remote(event)
+                await sessions[agent].append(event)
 
         return record
 

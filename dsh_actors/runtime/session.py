@@ -1,114 +1,456 @@
-"""The session log on Ray: one named actor per session owns its frame file.
+"""Session logs on Ray: one writer actor per node serves many agents' logs, with group commit.
 
-The actor is the file's only writer, so appends are ordered and never interleave; each
-append is flushed (and fsynced, per the policy) before it returns. Reopening a session
-after its actor died — a crash mid-append included — recovers every acknowledged event
-and truncates a torn tail. :class:`SessionLog` is the client (responses to await or
-block on); it pickles by name.
+Each session keeps its own file and frame format (:mod:`dsh_actors.log.frames`). A
+:class:`SessionWriter` actor on the node where the session was opened owns its file:
+appends from every process reach it as batches — a process sends what its callers
+appended while its previous batch was in flight, as one actor call — and the writer
+commits whatever arrived while its previous commit ran as one group: each session's
+frames written in order, then one sync covering every file written (``syncfs`` per file
+system; ``fsync`` per file where that is missing). With the ``always`` policy an
+append's response resolves only after the sync that covers its event, so nothing
+acknowledged is lost across a kill of the writer, of its node's processes, or a power
+cut. An append that was not acknowledged (its writer died first) fails with a coded
+error: it may or may not be on disk, and is never retried behind the caller's back.
+
+Reopening a session after its writer died — a crash mid-commit included — recovers
+every acknowledged event and truncates a torn tail. A writer killed for good is made
+again on first use; one Ray restarted has forgotten its sessions, and each client opens
+its session there again before sending more. Where a session is open (its file, policy
+and node) is kept in the cluster's KV store, so any process can append to it by id.
+:class:`SessionLog` is the client (responses to await or block on); it pickles by id.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import asyncio
+import concurrent.futures
+import ctypes
+import ctypes.util
+import os
+import weakref
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping
 
+import msgpack
 import ray
+from ray.experimental import internal_kv
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..log import FrameFile, FsyncPolicy, check_event, derive_messages
-from .errors import RayRuntimeError
+from ..core.errors import HarnessError, error_message
+from ..log import FrameFile, FsyncPolicy, InvalidEventError, check_event, derive_messages
+from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
 from .local import ensure_ray
-from .response import NamedActorClient, Response
+from .response import Response
 from .revive import live_actor
-from .wire import DEFAULT_NAMESPACE, session_actor_name
+from .wire import DEFAULT_NAMESPACE
 
-__all__ = ["SessionLog", "SessionLogActor", "session_actor_name"]
+__all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterCore"]
+
+SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
+"""Options of a node's session writer: restarted by Ray (its files are durable); an
+append it was running is never retried."""
+
+_KV_NAMESPACE = "dsh_actors"
+_FSYNC_POLICIES = ("always", "interval", "never")
 
 
+class SessionLogWriteError(HarnessError):
+    """The session log could not take an event: the disk refused it (full, file too big),
+    or its writer died before acknowledging it (it may or may not be on disk)."""
 
-SESSION_OPTIONS = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 1}
-"""Options of a session log actor: one call at a time; a dead one is reopened over its file."""
+    code = "LOG_WRITE_FAILED"
+
+
+# --- the writer ---------------------------------------------------------------------------------
+
+def _syncfs() -> Any:
+    """libc's ``syncfs`` (one call syncs a whole file system), or ``None``."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _syncfs()
+
+
+class SessionWriterCore:
+    """The sessions one writer owns and their group commit, without Ray."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, FrameFile] = {}  # by resolved path: sessions may share a file
+        self._sessions: dict[str, str] = {}  # session id -> resolved path
+
+    def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> dict[str, Any]:
+        resolved = str(Path(path).resolve())
+        if self._sessions.get(session_id, resolved) != resolved:
+            raise ValueError(f"session {session_id!r} is already open over {self._sessions[session_id]}")
+        if resolved not in self._files:
+            self._files[resolved] = FrameFile(resolved, fsync=fsync, fsync_interval_s=fsync_interval_s)
+        self._sessions[session_id] = resolved
+        return self.info(session_id)
+
+    def is_open(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    def commit(self, batch: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
+        """Write each ``(session id, events)`` request in order, then one sync covering
+        every file whose policy wants one; a result per request: ``("ok", indexes)``,
+        ``("not_open",)``, or ``("error", code, message)`` (nothing of it written)."""
+        results: list[tuple[Any, ...]] = []
+        written: dict[str, FrameFile] = {}
+        for session_id, events in batch:
+            path = self._sessions.get(session_id)
+            if path is None:
+                results.append(("not_open",))
+                continue
+            try:
+                checked = [check_event(e) for e in events]  # all or nothing, validated first
+            except InvalidEventError as exc:
+                results.append(("error", exc.code, str(exc)))
+                continue
+            file = self._files[path]
+            try:
+                results.append(("ok", file.write_many(checked)))
+            except (OSError, ValueError) as exc:  # cut back to the last good frame already
+                results.append(("error", SessionLogWriteError.code, f"{path}: {error_message(exc)}"))
+                continue
+            written[path] = file
+        failed = self._sync([f for f in written.values() if f.sync_due()])
+        for i, ((session_id, _), result) in enumerate(zip(batch, results)):
+            path = self._sessions.get(session_id)
+            if result[0] == "ok" and path in failed:  # written, but not known to be durable
+                results[i] = ("error", SessionLogWriteError.code, f"{path}: the sync failed: {failed[path]}")
+        return results
+
+    @staticmethod
+    def _sync(files: list[FrameFile]) -> dict[str, str]:
+        """Sync ``files``: one ``syncfs`` per file system when more than one file waits,
+        else ``fsync`` each. Returns the paths whose sync failed (with why)."""
+        failed: dict[str, str] = {}
+        by_device: dict[int, list[FrameFile]] = {}
+        for file in files:
+            by_device.setdefault(os.fstat(file.fileno()).st_dev, []).append(file)
+        for group in by_device.values():
+            if len(group) > 1 and _SYNCFS is not None and _SYNCFS(group[0].fileno()) == 0:
+                for file in group:
+                    file.synced()
+                continue
+            for file in group:
+                try:
+                    file.sync()
+                except OSError as exc:
+                    failed[str(file.path)] = error_message(exc)
+        return failed
+
+    def file(self, session_id: str) -> FrameFile:
+        path = self._sessions.get(session_id)
+        if path is None:
+            raise KeyError(session_id)
+        return self._files[path]
+
+    def info(self, session_id: str) -> dict[str, Any]:
+        file = self.file(session_id)
+        return {"path": str(file.path), "events": len(file), "fsync": file.fsync,
+                "recovered_truncated_bytes": file.truncated_bytes}
+
+    def close(self, session_id: str) -> None:
+        path = self._sessions.pop(session_id, None)
+        if path is not None and path not in self._sessions.values():
+            self._files.pop(path).close()
 
 
 @ray.remote
-class SessionLogActor:
-    """Owns one session's frame file; one call at a time, in arrival order."""
+class SessionWriter:
+    """One node's session writer: a thin shell over :class:`SessionWriterCore` whose
+    commits run one at a time on a thread of their own, so requests that arrive during a
+    commit form the next group."""
 
-    def __init__(self, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> None:
-        self._file = FrameFile(path, fsync=fsync, fsync_interval_s=fsync_interval_s)
+    def __init__(self) -> None:
+        self._core = SessionWriterCore()
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-commit")
+        self._waiting: list[tuple[list[tuple[str, list[Any]]], asyncio.Future[Any]]] = []
+        self._committing = False
 
-    def append(self, event: Mapping[str, Any]) -> int:
-        return self._file.append(check_event(event))
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    def append_many(self, events: list[Mapping[str, Any]]) -> list[int]:
-        checked = [check_event(e) for e in events]  # all or nothing is validated first
-        return self._file.append_many(checked)  # one fsync covers the batch
+    async def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> dict[str, Any]:
+        return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s)  # type: ignore[no-any-return]
 
-    def events(self, since: int = 0) -> list[dict[str, Any]]:
-        return self._file.records(since)
+    async def append_batch(self, batch: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((batch, future))
+        if not self._committing:
+            self._committing = True
+            asyncio.ensure_future(self._commit_groups())
+        return await future  # type: ignore[no-any-return]
 
-    def derive_messages(self) -> list[dict[str, Any]]:
-        return derive_messages(self._file.records())
+    async def _commit_groups(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                flat = [request for batch, _ in group for request in batch]
+                try:
+                    results = await self._in_thread(self._core.commit, flat)
+                except Exception as exc:  # noqa: BLE001 — every waiter hears it
+                    for _, future in group:
+                        future.set_exception(exc)
+                    continue
+                start = 0
+                for batch, future in group:
+                    future.set_result(results[start:start + len(batch)])
+                    start += len(batch)
+        finally:
+            self._committing = False
 
-    def info(self) -> dict[str, Any]:
-        return {"path": str(self._file.path), "events": len(self._file), "fsync": self._file.fsync,
-                "recovered_truncated_bytes": self._file.truncated_bytes}
+    def events(self, session_id: str, since: int = 0) -> list[dict[str, Any]]:
+        return self._core.file(session_id).records(since)
 
-    def close(self) -> None:
-        self._file.close()
+    def derive_messages(self, session_id: str) -> list[dict[str, Any]]:
+        return derive_messages(self._core.file(session_id).records())
+
+    def info(self, session_id: str) -> dict[str, Any]:
+        return self._core.info(session_id)
+
+    def is_open(self, session_id: str) -> bool:
+        return self._core.is_open(session_id)
+
+    async def close(self, session_id: str) -> None:
+        await self._in_thread(self._core.close, session_id)
+
+    def ping(self) -> str:
+        return "pong"
 
 
-class SessionLog(NamedActorClient):
-    """Client of one session's log actor (``SessionLog.open(session_id, path)``)."""
+# --- the client ----------------------------------------------------------------------------------
 
-    def __init__(self, session_id: str, namespace: str = DEFAULT_NAMESPACE, handle: Any = None) -> None:
-        super().__init__(session_id, namespace, handle)
+class _Batcher:
+    """One loop's appends to one writer: the first goes at once; those made while a batch
+    is in flight go together in the next (one actor call). Appends to a session the
+    writer does not know (it restarted) are sent again, in the order they were made,
+    once the session is opened there again."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self._pending: list[_Append] = []
+        self._sending = False
+
+    async def submit(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]]) -> tuple[Any, ...]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Append(session_id, events, reopen, future))
+        if not self._sending:
+            self._sending = True
+            asyncio.ensure_future(self._send())
+        return await future  # type: ignore[no-any-return]
+
+    async def _send(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    results = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
+                except Exception as exc:  # noqa: BLE001 — every caller in the batch hears it
+                    for append in batch:
+                        if not append.future.done():
+                            append.future.set_exception(exc)
+                    continue
+                again = []
+                for append, result in zip(batch, results):
+                    if result[0] == "not_open" and append.tries < _OPEN_TRIES:
+                        again.append(append)
+                    elif not append.future.done():
+                        append.future.set_result(result)
+                for session_id, reopen in {a.session_id: a.reopen for a in again}.items():
+                    try:
+                        await reopen()
+                    except Exception as exc:  # noqa: BLE001 — its callers hear it
+                        for append in again:
+                            if append.session_id == session_id and not append.future.done():
+                                append.future.set_exception(exc)
+                for append in again:
+                    append.tries += 1
+                self._pending[:0] = [a for a in again if not a.future.done()]  # first, in their order
+        finally:
+            self._sending = False
+
+
+class _Append:
+    __slots__ = ("session_id", "events", "reopen", "future", "tries")
+
+    def __init__(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]],
+                 future: "asyncio.Future[Any]") -> None:
+        self.session_id, self.events, self.reopen, self.future = session_id, events, reopen, future
+        self.tries = 0
+
+
+_OPEN_TRIES = 3
+
+
+_BATCHERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batcher]]" = weakref.WeakKeyDictionary()
+
+
+def _batcher(handle: Any) -> _Batcher:
+    per_loop = _BATCHERS.setdefault(asyncio.get_running_loop(), {})
+    key = handle._actor_id.hex()
+    if key not in per_loop:
+        per_loop[key] = _Batcher(handle)
+    return per_loop[key]
+
+
+def _kv_key(namespace: str, session_id: str) -> bytes:
+    return f"session/{namespace}/{session_id}".encode()
+
+
+def writer_name(node_id: str) -> str:
+    return f"dsh-session-writer:{node_id}"
+
+
+_WRITERS: dict[tuple[str, str], Any] = {}
+
+
+def _writer(namespace: str, node: str) -> Any:
+    """This process's handle of ``node``'s session writer: made (or found) and asked to
+    answer once, then kept until it is seen dead for good."""
+    handle = _WRITERS.get((namespace, node))
+    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+        handle, _ = live_actor(
+            lambda: SessionWriter.options(  # type: ignore[attr-defined]
+                **SESSION_WRITER_OPTIONS, name=writer_name(node), namespace=namespace, get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote(),
+            lambda h: h.ping.remote(), what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
+        _WRITERS[(namespace, node)] = handle
+    return handle
+
+
+class SessionLog:
+    """Client of one session's log (``SessionLog.open(session_id, path)``): its events go
+    to the session writer of the node it was opened on."""
+
+    def __init__(self, session_id: str, namespace: str, record: Mapping[str, Any], handle: Any = None) -> None:
+        self._key = session_id
+        self.namespace = namespace
+        self._record = dict(record)
+        self._writer: Any = handle
 
     @property
     def session_id(self) -> str:
         return self._key
 
-    def _actor_name(self) -> str:
-        return session_actor_name(self._key)
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SessionLog, (self._key, self.namespace, self._record))
 
-    def _what(self) -> str:
-        return f"session log {self._key!r}"
+    def __repr__(self) -> str:
+        return f"<SessionLog {self._key!r} at {self._record['path']}>"
 
     @classmethod
     def open(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always", fsync_interval_s: float = 0.05,
              namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
-        """Get or create the session's log actor over the file at ``path``."""
-        ensure_ray()
-        if fsync not in ("always", "interval", "never"):
-            raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
-        handle, _ = live_actor(  # a log actor SIGKILLed earlier is replaced; the file is durable
-            lambda: SessionLogActor.options(**SESSION_OPTIONS,  # type: ignore[attr-defined]
-                name=session_actor_name(session_id), namespace=namespace, get_if_exists=True,
-            ).remote(path, fsync, fsync_interval_s),
-            lambda h: h.info.remote(), what=f"session log {session_id!r}", unavailable=RayRuntimeError)
-        return cls(session_id, namespace, handle)
+        """Open (or join) the session's log over the file at ``path`` — on this node's
+        session writer, made on first use — and record where it is open (blocking; in
+        async code, :meth:`open_async`)."""
+        log, opened = cls._start(session_id, path, fsync, fsync_interval_s, namespace)
+        ray.get(opened, timeout=120)
+        return log._published()
 
+    @classmethod
+    async def open_async(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always",
+                         fsync_interval_s: float = 0.05, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
+        """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
+        log, opened = cls._start(session_id, path, fsync, fsync_interval_s, namespace)
+        await opened
+        return log._published()
+
+    @classmethod
+    def _start(cls, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
+               namespace: str) -> tuple["SessionLog", Any]:
+        ensure_ray()
+        if fsync not in _FSYNC_POLICIES:
+            raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
+        record = {"path": str(Path(path).resolve()), "fsync": fsync, "interval": fsync_interval_s,
+                  "node": ray.get_runtime_context().get_node_id()}
+        log = cls(session_id, namespace, record)
+        return log, log._open_on(log._handle())
+
+    def _published(self) -> "SessionLog":
+        internal_kv._internal_kv_put(_kv_key(self.namespace, self._key), msgpack.packb(self._record),
+                                     overwrite=True, namespace=_KV_NAMESPACE)
+        return self
+
+    @classmethod
+    def find(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog | None":
+        """The session's log if one is open (from any process), else ``None``."""
+        raw = internal_kv._internal_kv_get(_kv_key(namespace, session_id), namespace=_KV_NAMESPACE)
+        return None if raw is None else cls(session_id, namespace, msgpack.unpackb(raw))
+
+    def _open_on(self, handle: Any) -> Any:
+        record = self._record
+        return handle.open.remote(self._key, record["path"], record["fsync"], record["interval"])
+
+    def _handle(self) -> Any:
+        """The writer's handle (one per node, shared by this process's clients); one seen
+        dead for good is made again on its node."""
+        handle = self._writer
+        if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+            self._writer = handle = _writer(self.namespace, self._record["node"])
+        return handle
+
+    async def _writer_call(self, method: str, *args: Any) -> Any:
+        handle = self._handle()
+        try:
+            if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
+                await self._open_on(handle)
+            return await getattr(handle, method).remote(self._key, *args)
+        except ACTOR_GONE as exc:
+            remember_dead(exc)
+            raise translate(exc, actor=RayRuntimeError, what=f"the session log {self._key!r}") from None
+
+    async def _append(self, events: list[Any]) -> list[int]:
+        handle = self._handle()
+        try:
+            result = await _batcher(handle).submit(self._key, events, lambda: self._open_on(handle))
+        except ACTOR_GONE as exc:
+            remember_dead(exc)
+            raise SessionLogWriteError(
+                f"the session writer of {self._key!r} died before acknowledging {len(events)} event(s); "
+                "they may or may not be on disk") from None
+        if result[0] == "ok":
+            return list(result[1])
+        if result[0] == "not_open":
+            raise SessionLogWriteError(f"the session log {self._key!r} could not be opened on its writer")
+        _, code, message = result
+        raise (InvalidEventError if code == InvalidEventError.code else SessionLogWriteError)(message)
 
     def append(self, event: Mapping[str, Any]) -> Response[int]:
         """Append one event; resolves (to its index) once it is on disk per the fsync policy."""
-        return self._call("append", event)
+        async def run() -> int:
+            return (await self._append([event]))[0]
+        return Response(run)
 
     def append_many(self, events: list[Mapping[str, Any]]) -> Response[list[int]]:
-        return self._call("append_many", list(events))
+        """Append events in order, all or none (each is validated first), under one sync."""
+        return Response(lambda: self._append(list(events)))
 
     def events(self, since: int = 0) -> Response[list[dict[str, Any]]]:
-        return self._call("events", since)
+        return Response(lambda: self._writer_call("events", since))
 
     def derive_messages(self) -> Response[list[dict[str, Any]]]:
-        return self._call("derive_messages")
+        return Response(lambda: self._writer_call("derive_messages"))
 
     def info(self) -> Response[dict[str, Any]]:
-        return self._call("info")
+        return Response(lambda: self._writer_call("info"))
 
     def close(self) -> Response[None]:
-        """Close the file and end the actor."""
+        """Close the session (its file is closed once no other session shares it) and
+        forget where it was open."""
         async def run() -> None:
+            internal_kv._internal_kv_del(_kv_key(self.namespace, self._key), namespace=_KV_NAMESPACE)
             handle = self._handle()
             try:
-                await handle.close.remote()
-            finally:
-                ray.kill(handle)
+                await handle.close.remote(self._key)
+            except ACTOR_GONE:
+                pass  # the writer died: nothing of this session is open anymore
         return Response(run)
+

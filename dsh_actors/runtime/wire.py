@@ -36,7 +36,6 @@ __all__ = [
     "host_index",
     "pack_call",
     "scope_actor_name",
-    "session_actor_name",
     "unpack_call",
     "unpack_execution",
 ]
@@ -63,9 +62,6 @@ def host_index(agent: str, hosts: int) -> int:
 def approvals_actor_name(registry: str) -> str:
     return f"dsh-approvals:{registry}"
 
-
-def session_actor_name(session_id: str) -> str:
-    return f"dsh-session:{session_id}"
 
 
 # --- plan tickets ------------------------------------------------------------------------------

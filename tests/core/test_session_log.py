@@ -54,6 +54,77 @@ def test_damage_before_good_frames_is_refused_not_silently_dropped(tmp_path):
         FrameFile(path)
 
 
+def test_a_torn_tail_whose_payload_holds_frame_like_bytes_is_still_a_torn_tail(tmp_path):
+    """A user's event may carry bytes that look like frames (even a whole valid one); cut
+    short, it is a torn tail — only a frame that completes the file means corruption."""
+    path = tmp_path / "s.log"
+    with FrameFile(path) as log:
+        log.append({"type": "turn/start"})
+    good = path.read_bytes()
+    inner = frame({"type": "turn/end"})
+    whole = frame({"type": "user/message", "blob": b"x" * 40 + inner + b"y" * 40})
+    for cut in (len(whole) - 41, len(whole) - 40, len(whole) - 1):  # the inner frame cut, whole, and more
+        path.write_bytes(good + whole[:cut])
+        with FrameFile(path) as again:
+            assert again.records() == [{"type": "turn/start"}] and again.truncated_bytes == cut
+        assert path.read_bytes() == good
+    ends_inner = frame({"type": "user/message", "blob": b"x" * 40 + inner})  # a valid frame ends where it does
+    bad_crc = ends_inner[:4] + struct.pack(">I", zlib.crc32(ends_inner[8:]) ^ 1) + ends_inner[8:]
+    path.write_bytes(good + bad_crc)  # whole, but its checksum does not hold: the last append, torn
+    with FrameFile(path) as again:
+        assert again.records() == [{"type": "turn/start"}] and again.truncated_bytes == len(bad_crc)
+
+
+def test_a_log_damaged_in_the_middle_says_what_is_damaged_where_and_what_was_recovered(tmp_path):
+    from dsh_actors.log import read_records, scan_log
+
+    path = tmp_path / "s.log"
+    before, after = [frame({"type": "turn/start", "n": i}) for i in range(3)], \
+        [frame({"type": "turn/end", "n": i}) for i in range(4)]
+    damaged_at = len(HEADER) + sum(map(len, before))
+    path.write_bytes(HEADER + b"".join(before) + struct.pack(">II", 9, 7) + b"garbage!!" + b"".join(after))
+    with pytest.raises(LogCorruptError, match=f"damaged frame at byte {damaged_at}"):
+        FrameFile(path)
+    with pytest.raises(LogCorruptError, match=f"damaged bytes {damaged_at}-{damaged_at + 17}.*3 event.*4 after"):
+        read_records(path)
+    scan = scan_log(path.read_bytes(), path, recover_after=True)
+    assert [r["n"] for r in scan.records] == [0, 1, 2] and [r["n"] for r in scan.after] == [0, 1, 2, 3]
+    assert scan.damaged and scan.resumes_at == damaged_at + 17
+    assert path.read_bytes().count(b"garbage") == 1  # readers never repair
+
+
+def test_an_append_that_fails_part_way_is_cut_back_before_anything_else_is_acknowledged(tmp_path):
+    import errno
+
+    path = tmp_path / "s.log"
+    log = FrameFile(path)
+    log.append({"type": "turn/start"})
+    size = path.stat().st_size
+    real = log._file
+
+    class DiskFull:  # writes part of the chunk to disk, then fails as a full disk does
+        def seek(self, *args):
+            return real.seek(*args)
+
+        def close(self):
+            real.close()
+
+        def write(self, chunk):
+            real.write(chunk[: len(chunk) // 2])
+            real.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    log._file = DiskFull()
+    with pytest.raises(OSError, match="No space"):
+        log.append({"type": "turn/end", "text": "lost" * 100})
+    assert path.stat().st_size == size  # cut back to the last good frame
+    assert log.append({"type": "turn/end", "text": "kept"}) == 1
+    log.close()
+    with FrameFile(path) as again:
+        assert again.records() == [{"type": "turn/start"}, {"type": "turn/end", "text": "kept"}]
+        assert again.truncated_bytes == 0
+
+
 def test_a_file_that_is_not_a_log_is_refused(tmp_path):
     path = tmp_path / "other.txt"
     path.write_bytes(b"hello world, not a log")
