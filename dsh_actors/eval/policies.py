@@ -1,6 +1,7 @@
 """Named policies an episode can load (``"policies": [...]``).
 
-* ``deny-destructive`` — a pre-execute gate: ``bash`` commands that delete or format are denied.
+* ``deny-destructive`` — a pre-execute gate: destructive ``bash`` commands are denied
+  (recursive deletes, raw device writes, formatting, shutdowns: :mod:`.destructive`).
 * ``redact-secrets`` — post-execute: results mentioning a password or a private key are blocked.
 * ``ask-writes`` — pre-execute: ``write_file`` / ``edit_file`` ask for approval (without a
   queue mounted that degrades to deny).
@@ -16,16 +17,18 @@ from typing import Any, Callable
 from ..core.decisions import accept, ask, block, deny
 from ..core.registry import Event
 from ..policies import retry_policy, timeout_policy
+from .destructive import destructive
 
 __all__ = ["NAMED_POLICIES", "policy_listeners"]
 
-_DESTRUCTIVE = re.compile(r"(^|[;&|]\s*)(rm\s+-[a-zA-Z]*[rR][a-zA-Z]*|mkfs\S*|dd\s+if=|shutdown|reboot)(\s|$)")
 _SECRET = re.compile(r"password|BEGIN [A-Z ]*PRIVATE KEY", re.IGNORECASE)
 
 
 async def deny_destructive(execution: Any, call_next: Callable[[], Any]) -> Any:
-    if execution.name == "bash" and _DESTRUCTIVE.search(str(execution.arguments.get("command", ""))):
-        return deny("destructive commands are not allowed in this evaluation")
+    if execution.name == "bash":
+        reason = destructive(str(execution.arguments.get("command", "")))
+        if reason is not None:
+            return deny(f"destructive commands are not allowed in this evaluation ({reason})")
     return await call_next()
 
 
