@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .core.errors import HarnessError
+
 __all__ = ["main"]
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _approvals(args: argparse.Namespace) -> int:
@@ -67,11 +75,20 @@ def _eval(args: argparse.Namespace) -> int:
     from .eval.job import example_episodes, run_eval
     from .runtime.local import ensure_ray
 
-    ensure_ray()
+    from .eval.job import RunFolderError
+
     paths = args.episodes or [str(example_episodes())]
-    summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
-                                   live=None if args.quiet else sys.stdout))
-    print(Path(args.out, "summary.md").read_text())
+    ensure_ray()
+    try:
+        summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
+                                       live=None if args.quiet else sys.stdout, resume=args.resume,
+                                       overwrite=args.overwrite))
+    except RunFolderError as exc:
+        print(f"dsh-actors eval: {exc}", file=sys.stderr)
+        return 2
+    # The summary goes to stdout: under `ray job submit` that is the job's log.
+    print(Path(summary["out"], "summary.md").read_text())
+    print(f"outputs: {summary['out']}")
     return 0 if summary["episodes_failed"] == 0 else 1
 
 
@@ -84,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--out", default="eval-out", help="output folder (logs, summary.json, summary.md)")
     evaluate.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
     evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")
+    evaluate.add_argument("--resume", action="store_true",
+                          help="--out holds an earlier run: keep its finished episodes, run the others")
+    evaluate.add_argument("--overwrite", action="store_true", help="--out holds an earlier run: start over")
     replay = commands.add_parser("replay", help="re-run session logs against a policy set; report what differs")
     replay.add_argument("logs", nargs="+")
     replay.add_argument("--policies", required=True, help="comma-separated policy names (see dsh_actors.eval.policies)")
@@ -117,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         from .eval.replay import replay_logs
 
-        rows = replay_logs(args.logs, [p for p in args.policies.split(",") if p])
+        try:
+            rows = replay_logs(args.logs, [p for p in args.policies.split(",") if p])
+        except (OSError, ValueError, HarnessError) as exc:
+            print(f"dsh-actors replay: {_one_line(exc)}", file=sys.stderr)
+            return 2
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
@@ -129,8 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "show":
         from .eval.job import show_log
 
-        print(show_log(args.log, args.workspace))
-        return 0
+        try:
+            text, damage = show_log(args.log, args.workspace)
+        except (OSError, HarnessError) as exc:
+            print(f"dsh-actors show: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        print(text)
+        if damage is not None:
+            print(f"dsh-actors show: {damage}", file=sys.stderr)
+        return 1 if damage is not None and "damaged bytes" in damage else 0
     if args.command == "catalog":
         from .catalog import write_catalog
 

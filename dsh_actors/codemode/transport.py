@@ -194,7 +194,7 @@ def _binding(name: str, run: _Run, ctx: ToolRunContext, send: Dispatch, log: Rec
                 await log(ctx.agent, {
                     "type": "tool/code-dispatch", "parent_call_id": ctx.call_id, "sub_call_id": sub_id,
                     "name": name, "arguments": logged, "is_error": bool(result["is_error"]),
-                    "result_summary": summary(text),
+                    "result_summary": summary(text), **({"error": result["error"]} if result.get("error") else {}),
                 })
         if signal.aborted:
             raise RuntimeError(f"run_code run is over ({signal.reason}); {name} result discarded")

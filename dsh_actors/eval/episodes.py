@@ -14,7 +14,9 @@ An episode::
        {"code": "print(await tools.read_file(path='notes.txt'))"}   # a run_code call
      ]}
 
-Each line is validated on its own: a bad line is reported as ``<file>:<line>: <what is
+Each line is validated on its own — its JSON, its shape, its id and agent (names, never
+paths), its policy names — so a bad line (not UTF-8, nested too deeply, an integer too
+long to read, an unknown policy) is reported up front as ``<file>:<line>: <what is
 wrong>`` and the other episodes still run.
 """
 
@@ -75,13 +77,27 @@ class Scope(_Model):
     shadows: list[Shadow] = []
 
 
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
 class Episode(_Model):
-    id: str = pydantic.Field(min_length=1)
-    agent: str | None = None
+    id: str = pydantic.Field(pattern=_NAME)
+    """A name (letters, digits, ``.``, ``_``, ``-``), never a path: it names the episode's files."""
+    agent: str | None = pydantic.Field(default=None, pattern=_NAME)
     mode: Literal["native", "code", "both"] = "native"
     policies: list[str] = []
     scope: Scope = Scope()
     turns: list[Turn] = pydantic.Field(min_length=1)
+
+    @pydantic.field_validator("policies")
+    @classmethod
+    def _known_policies(cls, names: list[str]) -> list[str]:
+        from .policies import NAMED_POLICIES
+
+        unknown = [n for n in names if n not in NAMED_POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(sorted(NAMED_POLICIES))}")
+        return names
 
     @property
     def agent_id(self) -> str:
@@ -117,11 +133,16 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
     for path in paths:
         path = Path(path)
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_bytes().split(b"\n")
         except OSError as exc:
             errors.append(EpisodeError(str(path), 0, f"cannot read the file: {exc.strerror or exc}"))
             continue
-        for number, line in enumerate(lines, start=1):
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                errors.append(EpisodeError(str(path), number, f"not UTF-8 (byte {exc.start + 1} of the line)"))
+                continue
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
@@ -129,10 +150,19 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
             except json.JSONDecodeError as exc:
                 errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
                 continue
+            except RecursionError:
+                errors.append(EpisodeError(str(path), number, "invalid JSON: nested too deeply"))
+                continue
+            except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
+                errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc}"))
+                continue
             try:
                 episode = Episode.model_validate(data)
             except pydantic.ValidationError as exc:
                 errors.append(EpisodeError(str(path), number, _describe(exc)))
+                continue
+            except RecursionError:
+                errors.append(EpisodeError(str(path), number, "the episode is nested too deeply"))
                 continue
             if episode.id in seen or episode.agent_id in seen.values():
                 errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))

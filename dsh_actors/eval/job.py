@@ -1,17 +1,26 @@
 """The batch evaluation: run every episode on the current Ray cluster, many agents at once.
 
 Each episode is one agent: its scope (restrictions, guards, the episode's policies as
-listeners only that agent hears) on a registry of the episode's mode, its own session
+listeners only that agent hears) on a registry of the episode's mode (scopes hosted
+``shared``: an agent costs kilobytes), its own copy of the workspace, its own session
 log, and its scripted turns run as agent steps (one ``tool/result`` per call, then the
-step's context). The job writes ``logs/<episode>.log``, ``summary.json`` and
-``summary.md`` (calls, denials, asks, errors by code, latency percentiles). An episode
-that fails is reported and the others go on. Asks are answered by an approval queue with
-policy ``never`` (a batch has no human to ask), so each is recorded and then rejected.
+step's context). An episode that fails is reported and the others go on. Asks are
+answered by an approval queue with policy ``never`` (a batch has no human to ask), so
+each is recorded and then rejected.
+
+A run owns its output folder: ``run.json`` (what it runs), ``workspaces/<agent>/``,
+``logs/<episode>.log``, ``reports/<episode>.json`` (each finished episode), then
+``summary.json`` and ``summary.md`` (calls, policy denials, tool errors by code, asks,
+``run_code`` sub-calls, latency percentiles). A folder that already holds a run is
+refused unless the run is resumed (finished episodes are kept, the rest run again) or
+overwritten.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import json
 import shutil
 import sys
@@ -21,21 +30,38 @@ from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
+
+from tqdm import tqdm
 
 from ..codemode.runtime import CodeRuntimeConfig
-from ..core.errors import error_message
+from ..core.errors import HarnessError, error_message
 from ..core.jsonvalue import thaw
 from ..log import replay_cards
 from ..render import render_card
 from ..runtime.client import ToolRegistry
 from ..runtime.session import SessionLog
 from ..runtime.step import agent_step
-from ..tools import reference_tools
+from ..core.registry import snapshot_definition
+from ..core.types import ToolDefinition
+from ..tools import AgentWorkspaces, reference_tools
 from .episodes import Episode, EpisodeError, load_episodes
 from .policies import policy_listeners
 
-__all__ = ["EpisodeReport", "example_episodes", "run_eval"]
+__all__ = ["EpisodeReport", "RunFolderError", "ToolFailedError", "example_episodes", "run_eval"]
+
+
+class RunFolderError(HarnessError):
+    """The output folder already holds a run (or something else) and neither resuming
+    nor overwriting it was asked for."""
+
+    code = "RUN_FOLDER"
+
+
+class ToolFailedError(HarnessError):
+    """A tool's body raised: a tool failure, counted apart from a policy's denial."""
+
+    code = "TOOL_FAILED"
 
 
 def example_episodes() -> Path:
@@ -58,7 +84,16 @@ class EpisodeReport:
     denied: int = 0
     asks: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    sub_calls: int = 0
+    sub_call_errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "errors": dict(self.errors)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "EpisodeReport":
+        return cls(**{**data, "errors": Counter(data.get("errors", {}))})
 
 
 def _classify(report: EpisodeReport, result: Any, seconds: float) -> None:
@@ -67,15 +102,40 @@ def _classify(report: EpisodeReport, result: Any, seconds: float) -> None:
     if not result.is_error:
         report.ok += 1
     elif result.error is None:
-        report.denied += 1  # a policy's denial (or a block): no harness error class
+        report.denied += 1  # a policy's denial or block: no harness error class
     else:
-        report.errors[result.error["code"]] += 1
+        report.errors[result.error["code"]] += 1  # tool failures (TOOL_FAILED) and harness errors
+
+
+def _coded_failures(definition: ToolDefinition) -> ToolDefinition:
+    """``definition`` whose body's uncoded exceptions become :class:`ToolFailedError`, so a
+    raising tool is told apart from a denial (whose result has no error code). A plain
+    body stays plain: it still runs on the executor's threads, never on its loop."""
+    body = definition.execute
+
+    def failed(exc: Exception) -> Exception:
+        return exc if isinstance(exc, HarnessError) else ToolFailedError(error_message(exc))
+
+    if inspect.iscoroutinefunction(body):
+        async def run_async(args: Any, ctx: Any) -> Any:
+            try:
+                return await body(args, ctx)
+            except Exception as exc:
+                raise failed(exc) from exc
+        return dataclasses.replace(definition, execute=run_async)
+
+    def run(args: Any, ctx: Any) -> Any:
+        try:
+            return body(args, ctx)
+        except Exception as exc:
+            raise failed(exc) from exc
+    return dataclasses.replace(definition, execute=run)
 
 
 def _shadow(name: str, result: str, is_error: bool, description: str | None) -> dict[str, Any]:
     def execute(args: Any, ctx: Any) -> Any:
         if is_error:
-            raise RuntimeError(result)
+            raise ToolFailedError(result)
         return [{"type": "text", "text": result}]
 
     return {"name": name, "description": description or f"{name} (canned for this agent)",
@@ -87,13 +147,21 @@ def _guard(tools: list[str], reason: str) -> Any:
     return lambda execution: reason if execution.name in names else None
 
 
-async def _run_episode(episode: Episode, registry: ToolRegistry, logs: Path, live: TextIO | None) -> EpisodeReport:
+async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live: TextIO | None) -> EpisodeReport:
     report = EpisodeReport(episode.id, episode.agent_id)
     scope = registry.scope(episode.agent_id)
-    session = SessionLog.open(episode.agent_id, str(logs / f"{episode.id}.log"))
-    tools = {d.name: d for d in await scope.visible()}
-    try:
-        await session.events()  # the log is up before approvals or dispatches look for it
+    session: SessionLog | None = None
+    tools: dict[str, Any] = {}
+    try:  # everything, the log and the workspace included: one failing episode never stops the others
+        workspace = out / "workspaces" / episode.agent_id
+        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.copytree(_example_workspace(), workspace)
+        log_path = out / "logs" / f"{episode.id}.log"
+        if log_path.exists() or log_path.is_symlink():
+            if not log_path.is_file() or log_path.is_symlink():
+                raise RunFolderError(f"{log_path} is in the way of the episode's log (not a regular file)")
+            log_path.unlink()  # a log from an unfinished run: this run starts it again
+        session = await SessionLog.open_async(episode.agent_id, str(log_path))
         if episode.scope.restrict is not None:
             await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
         for guard in episode.scope.guards:
@@ -103,7 +171,7 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, logs: Path, liv
         for event, listener in policy_listeners(episode.policies):
             await scope.on(event, listener)
         tools = {d.name: d for d in await scope.visible()}
-        await session.append({"type": "turn/start"})
+        await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
         for number, turn in enumerate(episode.turns, start=1):
             if turn.user is not None:
                 await session.append({"type": "user/message", "content": turn.user})
@@ -124,12 +192,16 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, logs: Path, liv
 
             await agent_step(scope, session, calls, on_result=seen)
         await session.append({"type": "turn/end"})
-        report.asks = sum(1 for e in await session.events() if e["type"] == "approval/asked")
-    except Exception as exc:  # one failing episode never stops the others
+        events = await session.events()
+        report.asks = sum(1 for e in events if e["type"] == "approval/asked")
+        dispatched = [e for e in events if e["type"] == "tool/code-dispatch"]
+        report.sub_calls, report.sub_call_errors = len(dispatched), sum(1 for e in dispatched if e["is_error"])
+    except Exception as exc:
         report.status, report.message = "failed", error_message(exc)
     finally:
         await scope.close()
-        await session.close()
+        if session is not None:
+            await session.close()
     return report
 
 
@@ -161,13 +233,18 @@ def _summary(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds:
         "calls": sum(r.calls for r in reports),
         "ok": sum(r.ok for r in reports),
         "denials": sum(r.denied for r in reports),
+        "tool_errors": sum(errors.values()),
         "asks": sum(r.asks for r in reports),
         "errors_by_code": dict(sorted(errors.items())),
+        "sub_calls": {"total": sum(r.sub_calls for r in reports),
+                      "ok": sum(r.sub_calls - r.sub_call_errors for r in reports),
+                      "errors": sum(r.sub_call_errors for r in reports)},
         "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
                        "p99": _percentile(latencies, 99)},
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
-                         "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors)}
+                         "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
+                         "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors}
                         for r in reports],
     }
 
@@ -178,10 +255,11 @@ def _markdown(summary: dict[str, Any]) -> str:
         "# Evaluation summary", "",
         f"{summary['episodes']} episodes ({summary['episodes_ok']} ok, {summary['episodes_failed']} failed), "
         f"{summary['calls']} calls in {summary['wall_s']} s.", "",
-        "| calls | ok | denials | asks | errors | p50 ms | p90 ms | p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['asks']} | "
-        f"{sum(summary['errors_by_code'].values())} | {latency['p50']} | {latency['p90']} | {latency['p99']} |", "",
+        "| calls | ok | policy denials | tool errors | asks | run_code sub-calls (errors) | p50 ms | p90 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['tool_errors']} | "
+        f"{summary['asks']} | {summary['sub_calls']['total']} ({summary['sub_calls']['errors']}) | "
+        f"{latency['p50']} | {latency['p90']} | {latency['p99']} |", "",
         "| error code | count |", "|---|---|",
         *[f"| {code} | {count} |" for code, count in summary["errors_by_code"].items()], "",
         "| episode | agent | status | calls | ok | denied | asks | errors |", "|---|---|---|---|---|---|---|---|",
@@ -193,60 +271,124 @@ def _markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_RUN_FILE = "run.json"
+
+
+def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) -> dict[str, EpisodeReport]:
+    """Make ``out`` this run's folder; returns the reports of episodes a resumed run keeps."""
+    if resume and overwrite:
+        raise RunFolderError("--resume and --overwrite contradict each other; pass one")
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file, not a folder")
+    used = out.exists() and any(out.iterdir())
+    ours = (out / _RUN_FILE).is_file()
+    if used and not ours:
+        raise RunFolderError(f"--out {out} is not empty and holds no dsh-actors run; choose a new or empty folder")
+    if used and not (resume or overwrite):
+        state = "a finished run" if (out / "summary.json").exists() else "an unfinished run"
+        raise RunFolderError(f"--out {out} already holds {state}; pass --resume to keep its finished episodes "
+                             "and run the rest, --overwrite to start over, or choose a new folder")
+    if used and overwrite:
+        shutil.rmtree(out)
+    kept: dict[str, EpisodeReport] = {}
+    if used and resume:
+        wanted = {e.id for e in episodes}
+        for path in (out / "reports").glob("*.json"):
+            report = EpisodeReport.from_json(json.loads(path.read_text()))
+            if report.id in wanted and report.status == "ok":
+                kept[report.id] = report
+        for stale in ("summary.json", "summary.md"):
+            (out / stale).unlink(missing_ok=True)
+    for folder in ("logs", "reports", "workspaces"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    (out / _RUN_FILE).write_text(json.dumps({"episodes": [e.id for e in episodes]}, indent=2) + "\n")
+    return kept
+
+
 async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency: int = 16,
-                   live: TextIO | None = None, progress: TextIO | None = sys.stderr) -> dict[str, Any]:
-    """Run the episodes in ``paths``; write logs and summaries under ``out_dir``; return the summary."""
+                   live: TextIO | None = None, progress: TextIO | None = sys.stderr,
+                   resume: bool = False, overwrite: bool = False, tools: Sequence[Any] = ()) -> dict[str, Any]:
+    """Run the episodes in ``paths``; write logs and summaries under ``out_dir``; return the
+    summary. ``out_dir`` must be new or empty unless ``resume`` (keep the finished episodes
+    of the run there, run the others) or ``overwrite`` (start over); else
+    :class:`RunFolderError`. ``progress`` gets a progress bar (rate, ETA). ``tools`` are
+    registered next to the reference tools (a raising one counts as ``TOOL_FAILED``)."""
     started = time.monotonic()
     episodes, invalid = load_episodes(paths)
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
-    out = Path(out_dir)
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    workspace = out / "workspace"
-    if not workspace.exists():
-        shutil.copytree(_example_workspace(), workspace)
+    out = Path(out_dir).resolve()
+    kept = _prepare(out, episodes, resume, overwrite)
     tag = uuid.uuid4().hex[:8]
     registries: dict[str, ToolRegistry] = {}
-    for mode in sorted({e.mode for e in episodes}):
-        registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode, scope_hosting="shared",  # a fleet
-                                        code_runtime=CodeRuntimeConfig() if mode != "native" else None)
-        for definition in reference_tools(str(workspace)):
-            await registry.register(definition)
-        await registry.approvals(policy="never")
-        registries[mode] = registry
-    gate = asyncio.Semaphore(max(1, concurrency))
-    done = [0]
-
-    async def one(episode: Episode) -> EpisodeReport:
-        async with gate:
-            report = await _run_episode(episode, registries[episode.mode], logs, live)
-        done[0] += 1
-        if progress is not None:
-            detail = f"{report.calls} calls" + (f" — {report.message}" if report.message else "")
-            print(f"[{done[0]}/{len(episodes)}] {episode.id}: {report.status} ({detail})", file=progress, flush=True)
-        return report
-
+    bar = tqdm(total=len(episodes), initial=len(kept), unit="episode", file=progress, disable=progress is None,
+               mininterval=0.5, dynamic_ncols=True)
     try:
+        for mode in sorted({e.mode for e in episodes if e.id not in kept}):
+            registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode, scope_hosting="shared",  # a fleet
+                                            code_runtime=CodeRuntimeConfig() if mode != "native" else None)
+            registries[mode] = registry
+            for definition in [*reference_tools(AgentWorkspaces(out / "workspaces")), *tools]:
+                await registry.register(_coded_failures(snapshot_definition(definition)))
+            await registry.approvals(policy="never")
+        gate = asyncio.Semaphore(max(1, concurrency))
+        failures = [0]
+
+        async def one(episode: Episode) -> EpisodeReport:
+            if episode.id in kept:
+                return kept[episode.id]
+            async with gate:
+                report = await _run_episode(episode, registries[episode.mode], out, live)
+            (out / "reports" / f"{episode.id}.json").write_text(json.dumps(report.to_json()) + "\n")
+            if report.status != "ok":
+                failures[0] += 1
+                bar.write(f"{episode.id}: {report.status} — {report.message}", file=progress)
+            bar.set_postfix(failed=failures[0], refresh=False)
+            bar.update()
+            return report
+
         reports = list(await asyncio.gather(*(one(e) for e in episodes)))
     finally:
+        bar.close()
         for registry in registries.values():
             registry.shutdown()
     summary = _summary(reports, invalid, time.monotonic() - started)
+    summary["out"] = str(out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "summary.md").write_text(_markdown(summary))
     return summary
 
 
-def show_log(path: str | Path, workspace: str | Path | None = None) -> str:
-    """``dsh-actors show LOG``: a session log's calls as cards, re-rendered from the log."""
-    from ..log import read_records
+def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str, str | None]:
+    """``dsh-actors show LOG``: a session log re-rendered — each call as a card, with the
+    user's messages, approvals and ``run_code`` sub-calls where they happened. Returns the
+    text and, for a damaged log, a sentence on what is damaged, where and what was
+    recovered (what is recoverable is still shown)."""
+    from ..log import scan_log
 
-    events = read_records(path)
+    scan = scan_log(Path(path).read_bytes(), path, recover_after=True)
     root = str(workspace or Path(path).resolve().parent)
     tools = {d.name: d for d in reference_tools(root)}
-    rendered = []
-    for event, cards in zip([e for e in events if e.get("type") == "tool/result"], replay_cards(events, tools)):
-        rendered.append(render_card(event["name"], thaw(event.get("arguments")), cards["call"], cards["result"], event))
-    return "\n".join(rendered)
+    parts = []
+    for events in (scan.records, scan.after):
+        cards = iter(replay_cards(events, tools))
+        for event in events:
+            kind = event.get("type")
+            if kind == "tool/result":
+                card = next(cards)
+                parts.append(render_card(event["name"], thaw(event.get("arguments")), card["call"], card["result"], event))
+            elif kind == "user/message":
+                parts.append(f"» user: {event['content']}")
+            elif kind == "approval/asked":
+                parts.append(f"? approval asked for {event['tool_name']} ({event['id']})"
+                             + (f": {event['reason']}" if event.get("reason") else ""))
+            elif kind == "approval/decided":
+                parts.append(f"? approval {event['outcome']} ({event['id']})")
+            elif kind == "tool/code-dispatch":
+                mark = "✗" if event["is_error"] else "✓"
+                args = json.dumps(thaw(event["arguments"]), ensure_ascii=False)
+                parts.append(f"  ↳ {mark} {event['name']}({args}) — {event['result_summary']}")
+        if events is scan.records and scan.damaged:
+            parts.append(f"!! damaged bytes {scan.end}-{scan.resumes_at}: events there are lost")
+    return "\n".join(parts), (scan.describe(path) if scan.damaged or scan.torn_bytes else None)

@@ -366,7 +366,7 @@ class RegistryActor:
     async def drop_scope(self, agent: str) -> None:
         """A closed scope: release its host (dedicated) or its place in one (shared), and
         everything kept for it."""
-        self._journals.pop(agent, None)
+        changed = bool(self._journals.pop(agent, None))
         handle = self._scopes.pop(agent, None)
         if handle is not None:
             release(handle)
@@ -375,7 +375,8 @@ class RegistryActor:
                 await self._hosts[host_index(agent, len(self._hosts))].forget.remote(agent)
             except RAY_ERROR:
                 pass  # the host died: its successor starts without this agent's journal
-        await self._settled(self._core.bump())
+        if changed:  # a scope that never changed anything changes no plan when it goes
+            await self._settled(self._core.bump())
 
     async def scopes(self) -> list[str]:
         """The agents whose scopes are live."""

@@ -18,18 +18,21 @@ from ..core.define import define_tool
 from .fs import changes_state
 from ..core.errors import ToolTimeoutError
 from ..core.types import ToolDefinition, text_block
-from .workspace import Workspace
+from .workspace import AgentWorkspaces, Workspace, workspaces
 
 __all__ = ["bash_tool"]
 
 MAX_OUTPUT_BYTES = 64 * 1024
 
 
-def bash_tool(root: str | os.PathLike[str], *, default_timeout_s: float = 60.0) -> ToolDefinition:
-    """The ``bash`` tool for the workspace at ``root``."""
-    workspace = Workspace(root)
+def bash_tool(root: str | os.PathLike[str] | Workspace | AgentWorkspaces, *,
+              default_timeout_s: float = 60.0) -> ToolDefinition:
+    """The ``bash`` tool for the workspace at ``root`` (or each agent's own: pass
+    :class:`~.workspace.AgentWorkspaces`)."""
+    spaces = workspaces(root)
 
     async def run(args: Any, ctx: Any) -> Any:
+        workspace = spaces.at(ctx)
         timeout_s = float(args.get("timeout_s", default_timeout_s))
         process = await asyncio.create_subprocess_exec(
             "bash", "-c", args["command"], cwd=str(workspace.root), stdin=asyncio.subprocess.DEVNULL,
@@ -67,7 +70,7 @@ def bash_tool(root: str | os.PathLike[str], *, default_timeout_s: float = 60.0) 
         },
         execute=run,
         is_concurrency_safe=changes_state,
-        present_call=lambda a: {"card": "terminal", "title": a["command"], "cwd": str(workspace.root),
+        present_call=lambda a: {"card": "terminal", "title": a["command"], "cwd": spaces.label,
                                 **({"description": a["description"]} if "description" in a else {})},
         present_result=lambda a, r: None if not isinstance(r.get("meta"), dict) else {
             "card": "terminal", "output": r["content"][0]["text"] if r["content"] else "",

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.define import define_tool
 from ..core.types import ToolDefinition, text_block
-from .workspace import Workspace, WorkspaceError, applied_hunks
+from .workspace import AgentWorkspaces, Workspace, WorkspaceError, applied_hunks, workspaces
 
 __all__ = ["fs_tools"]
 
@@ -30,18 +30,19 @@ def changes_state(args: object) -> bool:
     return False
 
 
-def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
-    """The three file tools for the workspace at ``root``."""
-    workspace = Workspace(root)
+def fs_tools(root: str | os.PathLike[str] | Workspace | AgentWorkspaces) -> list[ToolDefinition]:
+    """The three file tools for the workspace at ``root`` (or each agent's own: pass
+    :class:`~.workspace.AgentWorkspaces`)."""
+    spaces = workspaces(root)
 
-    def existing(path: str) -> Any:
+    def existing(workspace: Workspace, path: str) -> Any:
         full = workspace.resolve(path)
         if not full.is_file():
             raise WorkspaceError(f'no file at "{path}" in the workspace')
         return full
 
     def read(args: Any, ctx: Any) -> Any:
-        full = existing(args["path"])
+        full = existing(spaces.at(ctx), args["path"])
         data = full.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
         lines = data.splitlines(keepends=True)
         start = int(args.get("offset", 1)) - 1 if "offset" in args else 0
@@ -51,6 +52,7 @@ def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
         return [text_block("".join(lines[start:end]))]
 
     def write(args: Any, ctx: Any) -> Any:
+        workspace = spaces.at(ctx)
         full = workspace.resolve(args["path"])
         before = full.read_text(encoding="utf-8") if full.is_file() else None
         full.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +64,8 @@ def fs_tools(root: str | os.PathLike[str]) -> list[ToolDefinition]:
         return {"content": [text_block(f"{verb} {rel} ({len(args['content'])} characters)")], "meta": {"diffs": diffs}}
 
     def edit(args: Any, ctx: Any) -> Any:
-        full = existing(args["path"])
+        workspace = spaces.at(ctx)
+        full = existing(workspace, args["path"])
         before = full.read_text(encoding="utf-8")
         count = before.count(args["old_text"]) if args["old_text"] else 0
         if count == 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.errors import HarnessError
 
-__all__ = ["Workspace", "WorkspaceError", "applied_hunks"]
+__all__ = ["AgentWorkspaces", "Workspace", "WorkspaceError", "applied_hunks", "workspaces"]
 
 
 class WorkspaceError(HarnessError):
@@ -36,6 +36,40 @@ class Workspace:
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path != self.root else "."
+
+    def at(self, ctx: Any) -> "Workspace":
+        """The workspace a call works in: this one, whoever calls."""
+        return self
+
+    @property
+    def label(self) -> str:
+        return str(self.root)
+
+
+class AgentWorkspaces:
+    """One workspace per agent: a call works in ``parent/<agent id>`` (which must exist),
+    so agents running at once never see each other's files."""
+
+    def __init__(self, parent: str | os.PathLike[str]) -> None:
+        self.parent = Path(parent).resolve()
+
+    def at(self, ctx: Any) -> Workspace:
+        agent = getattr(ctx, "agent", None)
+        if not isinstance(agent, str) or not agent or Path(agent).name != agent or agent in (".", ".."):
+            raise WorkspaceError(f"agent id {agent!r} cannot name a workspace; use a plain name")
+        try:
+            return Workspace(self.parent / agent)
+        except ValueError:
+            raise WorkspaceError(f"no workspace for agent {agent!r} under {self.parent}") from None
+
+    @property
+    def label(self) -> str:
+        return f"{self.parent}/<agent>"
+
+
+def workspaces(root: "str | os.PathLike[str] | Workspace | AgentWorkspaces") -> "Workspace | AgentWorkspaces":
+    """A tool's workspace(s): one root for every caller, or :class:`AgentWorkspaces`."""
+    return root if isinstance(root, (Workspace, AgentWorkspaces)) else Workspace(root)
 
 
 def applied_hunks(path: str, before: str, after: str, context: int = 3) -> list[dict[str, Any]]:

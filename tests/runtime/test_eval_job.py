@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dsh_actors.eval.episodes import load_episodes
 from dsh_actors.eval.job import example_episodes, run_eval, show_log
 
@@ -20,13 +22,21 @@ def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_p
     assert per["read-only-agent"]["errors"] == {"UNKNOWN_TOOL": 1} and per["read-only-agent"]["denied"] == 1
     assert per["code-mode"]["ok"] == 1
     assert per["stubbed-shell"]["ok"] == 2
+    assert per["code-mode"]["sub_calls"] >= 2 and summary["sub_calls"]["total"] == per["code-mode"]["sub_calls"]
     assert summary["calls"] == sum(e["calls"] for e in summary["per_episode"]) == 17
-    assert "all 12 tests passed" in show_log(tmp_path / "logs" / "stubbed-shell.log", tmp_path / "workspace")
-    assert summary["latency_ms"]["p50"] > 0 and (tmp_path / "workspace" / "src" / "app.py").exists()
+    assert summary["denials"] == 4 and summary["tool_errors"] == 5
+    shown, damage = show_log(tmp_path / "logs" / "stubbed-shell.log")
+    assert "all 12 tests passed" in shown and damage is None
+    assert summary["latency_ms"]["p50"] > 0 and (tmp_path / "workspaces" / "code-mode" / "src" / "app.py").exists()
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert "| error code | count |" in (tmp_path / "summary.md").read_text()
-    shown = show_log(tmp_path / "logs" / "read-and-fix.log", tmp_path / "workspace")
+    shown, _ = show_log(tmp_path / "logs" / "read-and-fix.log")
     assert "✓ edit_file: notes.txt" in shown and "+ - ship the evaluation harness" in shown
+    assert "» user: Fix the typo in notes.txt" in shown
+    shown, _ = show_log(tmp_path / "logs" / "writes-need-approval.log")
+    assert "? approval asked for write_file" in shown and "? approval rejected" in shown
+    shown, _ = show_log(tmp_path / "logs" / "code-mode.log")
+    assert "↳ ✓ bash" in shown
 
 
 def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray_cluster, tmp_path):
@@ -41,12 +51,12 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
     ]))
     _, errors = load_episodes([episodes])
     assert [(e.line, e.message.split(":")[0]) for e in errors] == [
-        (2, "invalid JSON"), (3, "turns"), (4, "turns.0.calls.0.name"), (5, 'episode id or agent "fine" is used twice')]
+        (2, "invalid JSON"), (3, "turns"), (4, "turns.0.calls.0.name"), (5, 'episode id or agent "fine" is used twice'),
+        (6, "policies")]
+    assert "unknown policies ['nonexistent']" in errors[-1].message  # up front, as file:line
     summary = asyncio.run(run_eval([episodes, tmp_path / "missing.jsonl"], tmp_path / "out", progress=None))
     assert summary["episodes_ok"] == 1 and summary["episodes_failed"] == 6
     assert any("missing.jsonl:0: cannot read the file" in line for line in summary["invalid"])
-    failed = {e["id"]: e for e in summary["per_episode"] if e["status"] == "failed"}
-    assert "unknown policies ['nonexistent']" in failed["bad-policy"]["message"]
 
 
 def test_the_cli_runs_the_examples_end_to_end(tmp_path):
@@ -54,4 +64,80 @@ def test_the_cli_runs_the_examples_end_to_end(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# Evaluation summary" in out.stdout and "8 episodes (8 ok, 0 failed)" in out.stdout
-    assert "[8/8]" in out.stderr
+    assert "8/8" in out.stderr and "episode/s" in out.stderr  # the progress bar: count and rate
+    again = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "already holds a finished run" in again.stderr and "Traceback" not in again.stderr
+    for command in (["show", str(tmp_path / "nope.log")], ["replay", str(tmp_path / "logs" / "code-mode.log"),
+                                                           "--policies", "no-such-policy"]):
+        failed = subprocess.run([sys.executable, "-m", "dsh_actors", *command], capture_output=True, text=True,
+                                timeout=120)
+        assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+
+
+def test_a_run_owns_its_folder_episodes_do_not_share_files_and_failures_are_kept_apart(ray_cluster, tmp_path):
+    from dsh_actors.eval.job import RunFolderError
+    from dsh_actors.eval.replay import replay_logs
+
+    def writer(name):
+        return {"id": f"writer-{name}", "turns": [
+            {"calls": [{"name": "write_file", "arguments": {"path": "shared.txt", "content": name}}]},
+            {"calls": [{"name": "bash", "arguments": {"command": "sleep 0.3; cat shared.txt"}}]}]}
+
+    episodes = tmp_path / "e.jsonl"
+    episodes.write_text("\n".join(json.dumps(e) for e in [
+        writer("A"), writer("B"),
+        {"id": "fails", "agent": "failing-agent", "policies": ["deny-destructive"],
+         "scope": {"shadows": [{"name": "bash", "result": "make: *** [all] Error 2", "is_error": True}]},
+         "turns": [{"calls": [{"name": "bash", "arguments": {"command": "make"}},
+                              {"name": "bash", "arguments": {"command": "sudo rm -rf /"}},
+                              {"name": "bash", "arguments": {"command": "dd if=/dev/zero of=/dev/sda"}}]}]},
+        {"id": "coder", "mode": "code", "turns": [{"user": "go", "code":
+            "a = await tools.read_file(path='notes.txt')\ntry:\n    await tools.read_file(path='missing.txt')\n"
+            "except Exception:\n    print('missing')\nreturn a[:5]"}]},
+    ]))
+    out = tmp_path / "run"
+    summary = asyncio.run(run_eval([episodes], out, concurrency=4, progress=None))
+    per = {e["id"]: e for e in summary["per_episode"]}
+    assert summary["episodes_failed"] == 0, summary
+    texts = {name: (out / "workspaces" / f"writer-{name}" / "shared.txt").read_text() for name in "AB"}
+    assert texts == {"A": "A", "B": "B"}  # each episode wrote in its own copy of the workspace
+    assert per["fails"]["errors"] == {"TOOL_FAILED": 1} and per["fails"]["denied"] == 2  # apart
+    assert per["coder"]["sub_calls"] == 2 and per["coder"]["sub_call_errors"] == 1
+    assert summary["sub_calls"] == {"total": 2, "ok": 1, "errors": 1}
+    # replay: as the episode's agent (not the file's name), sub-calls included
+    seen = []
+    from dsh_actors.eval import policies as named
+
+    def spy(execution, call_next):
+        seen.append((execution.agent, execution.name, execution.call_id))
+        return call_next()
+
+    named.NAMED_POLICIES["spy"] = ("tools/pre-execute", spy)
+    try:
+        replay_logs([out / "logs" / "fails.log", out / "logs" / "coder.log"], ["spy"])
+    finally:
+        del named.NAMED_POLICIES["spy"]
+    assert ("failing-agent", "bash", "fails:1:1") in seen
+    assert [s for s in seen if s[0] == "coder"] == [("coder", "read_file", "coder:1:code:code:1"),
+                                                    ("coder", "read_file", "coder:1:code:code:2")]
+    # the folder: refused again, resumed (finished episodes kept), overwritten
+    with pytest.raises(RunFolderError, match="already holds a finished run"):
+        asyncio.run(run_eval([episodes], out, progress=None))
+    kept = (out / "logs" / "coder.log").stat().st_mtime_ns
+    (out / "reports" / "writer-A.json").unlink()  # as if the run had stopped before it finished
+    (out / "logs" / "writer-A.log").unlink()
+    (out / "logs" / "writer-A.log").mkdir()  # and something is in the way of its log
+    resumed = asyncio.run(run_eval([episodes], out, progress=None, resume=True))
+    assert (out / "logs" / "coder.log").stat().st_mtime_ns == kept  # not run again
+    assert {e["id"]: e["status"] for e in resumed["per_episode"]} == {
+        "writer-A": "failed", "writer-B": "ok", "fails": "ok", "coder": "ok"}
+    assert "in the way" in next(e for e in resumed["per_episode"] if e["id"] == "writer-A")["message"]
+    (out / "logs" / "writer-A.log").rmdir()
+    fresh = asyncio.run(run_eval([episodes], out, progress=None, overwrite=True))
+    assert fresh["episodes_failed"] == 0 and (out / "logs" / "coder.log").stat().st_mtime_ns != kept
+    with pytest.raises(RunFolderError, match="holds no dsh-actors run"):
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / "precious.txt").write_text("mine")
+        asyncio.run(run_eval([episodes], tmp_path / "home", progress=None, overwrite=True))
+    assert (tmp_path / "home" / "precious.txt").read_text() == "mine"
