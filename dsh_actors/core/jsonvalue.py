@@ -187,49 +187,62 @@ MAX_DEPTH = 200
 msgpack's) would fail on them later, so they fail here, with a path."""
 
 
-def _walk(value: Any, path: str, ancestors: set[int], freeze: bool) -> Any:
+def _path(where: Any) -> str:
+    """The path text of a walk position: a root path, or ``(parent position, key or index)``
+    — built only when an error needs it, never on the way down."""
+    steps = []
+    while isinstance(where, tuple):
+        where, step = where
+        steps.append(step)
+    path = where
+    for step in reversed(steps):
+        path = f"{path}[{step}]" if type(step) is int else _key_path(path, step)
+    return path
+
+
+def _walk(value: Any, where: Any, ancestors: set[int], freeze: bool) -> Any:
     kind = type(value)
     if len(ancestors) >= MAX_DEPTH and kind in _CONTAINERS:
-        raise NotLosslessJSONError(path, f"nested deeper than {MAX_DEPTH} levels")
+        raise NotLosslessJSONError(_path(where), f"nested deeper than {MAX_DEPTH} levels")
     if kind is str:
         if _is_text(value):
             return value
-        raise NotLosslessJSONError(path, _NOT_TEXT)
+        raise NotLosslessJSONError(_path(where), _NOT_TEXT)
     if kind in _SCALARS:
         return value
     if kind is int:
         if _INT_MIN <= value <= _INT_MAX:
             return value
-        raise NotLosslessJSONError(path, f"int {value} is outside the 64-bit range -2**63..2**64-1")
+        raise NotLosslessJSONError(_path(where), f"int {value} is outside the 64-bit range -2**63..2**64-1")
     if kind is float:
         if math.isfinite(value) and not (value == 0.0 and math.copysign(1.0, value) < 0):
             return value
-        raise NotLosslessJSONError(path, _describe(value))
+        raise NotLosslessJSONError(_path(where), _describe(value))
     if kind in _DICT_TYPES:
         marker = id(value)
         if marker in ancestors:
-            raise NotLosslessJSONError(path, "cycle: this value contains itself")
+            raise NotLosslessJSONError(_path(where), "cycle: this value contains itself")
         ancestors.add(marker)
         out: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise NotLosslessJSONError(
-                    path, f"key {key!r} is a {type(key).__name__}; JSON object keys must be str"
+                    _path(where), f"key {key!r} is a {type(key).__name__}; JSON object keys must be str"
                 )
             if not _is_text(key):
-                raise NotLosslessJSONError(path, "key: " + _NOT_TEXT)
-            out[key] = _walk(item, _key_path(path, key), ancestors, freeze)
+                raise NotLosslessJSONError(_path(where), "key: " + _NOT_TEXT)
+            out[key] = _walk(item, (where, key), ancestors, freeze)
         ancestors.discard(marker)
         return FrozenDict(out) if freeze else out
     if kind in _LIST_TYPES:
         marker = id(value)
         if marker in ancestors:
-            raise NotLosslessJSONError(path, "cycle: this value contains itself")
+            raise NotLosslessJSONError(_path(where), "cycle: this value contains itself")
         ancestors.add(marker)
-        items = [_walk(item, f"{path}[{i}]", ancestors, freeze) for i, item in enumerate(value)]
+        items = [_walk(item, (where, i), ancestors, freeze) for i, item in enumerate(value)]
         ancestors.discard(marker)
         return FrozenList(items) if freeze else items
-    raise NotLosslessJSONError(path, _describe(value))
+    raise NotLosslessJSONError(_path(where), _describe(value))
 
 
 def snapshot(value: Any, *, path: str = "$") -> Any:

@@ -255,10 +255,14 @@ class FrameFile:
         A write that fails part-way (disk full, file too big) is cut back to the last good
         frame before the error is raised, so the file never holds a half frame that a
         later, acknowledged append would follow."""
-        payloads = [msgpack.packb(value, use_bin_type=True) for value in values]
+        return self.write_payloads([msgpack.packb(value, use_bin_type=True) for value in values])
+
+    def write_payloads(self, payloads: list[bytes]) -> list[int]:
+        """:meth:`write_many` of values already packed (each must be one msgpack value)."""
         for payload in payloads:
             if len(payload) > _MAX_FRAME:
                 raise ValueError(f"a frame holds at most {_MAX_FRAME} bytes; this one is {len(payload)}")
+        values = [msgpack.unpackb(payload, raw=False, strict_map_key=True) for payload in payloads]
         with self._lock:
             self._file.seek(0, os.SEEK_END)
             chunk = b"".join(_PREFIX.pack(len(p), zlib.crc32(p)) + p for p in payloads)
@@ -270,7 +274,7 @@ class FrameFile:
                 raise
             self._size += len(chunk)
             first = len(self._records)
-            self._records.extend(msgpack.unpackb(payload, raw=False) for payload in payloads)
+            self._records.extend(values)
             return list(range(first, len(self._records)))
 
     def _cut_back(self) -> None:

@@ -94,26 +94,26 @@ class SessionWriterCore:
     def is_open(self, session_id: str) -> bool:
         return session_id in self._sessions
 
-    def commit(self, batch: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
-        """Write each ``(session id, events)`` request in order, then one sync covering
-        every file whose policy wants one; a result per request: ``("ok", indexes)``,
-        ``("not_open",)``, or ``("error", code, message)`` (nothing of it written)."""
+    def commit(self, batch: list[tuple[str, list[bytes]]]) -> list[tuple[Any, ...]]:
+        """Write each ``(session id, packed events)`` request in order, then one sync
+        covering every file whose policy wants one; a result per request: ``("ok",
+        indexes)``, ``("not_open",)``, or ``("error", code, message)`` (nothing of it
+        written). Events arrive validated and packed by their clients (once, where they
+        were made); a payload that is not one msgpack value is refused here."""
         results: list[tuple[Any, ...]] = []
         written: dict[str, FrameFile] = {}
-        for session_id, events in batch:
+        for session_id, payloads in batch:
             path = self._sessions.get(session_id)
             if path is None:
                 results.append(("not_open",))
                 continue
-            try:
-                checked = [check_event(e) for e in events]  # all or nothing, validated first
-            except InvalidEventError as exc:
-                results.append(("error", exc.code, str(exc)))
-                continue
             file = self._files[path]
             try:
-                results.append(("ok", file.write_many(checked)))
-            except (OSError, ValueError) as exc:  # cut back to the last good frame already
+                results.append(("ok", file.write_payloads(payloads)))
+            except (msgpack.UnpackException, ValueError, TypeError) as exc:
+                results.append(("error", InvalidEventError.code, f"not a packed session event: {error_message(exc)}"))
+                continue
+            except OSError as exc:  # cut back to the last good frame already
                 results.append(("error", SessionLogWriteError.code, f"{path}: {error_message(exc)}"))
                 continue
             written[path] = file
@@ -179,13 +179,15 @@ class SessionWriter:
     async def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> dict[str, Any]:
         return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s)  # type: ignore[no-any-return]
 
-    async def append_batch(self, batch: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
+    async def append_batch(self, batch: list[tuple[str, list[bytes]]]) -> bytes:
+        """Commit ``batch`` with whatever else is waiting; its results, msgpack-packed (one
+        bytes value is the cheapest thing Ray returns)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append((batch, future))
         if not self._committing:
             self._committing = True
             asyncio.ensure_future(self._commit_groups())
-        return await future  # type: ignore[no-any-return]
+        return msgpack.packb(await future)  # type: ignore[no-any-return]
 
     async def _commit_groups(self) -> None:
         try:
@@ -250,7 +252,8 @@ class _Batcher:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    results = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
+                    packed = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
+                    results = msgpack.unpackb(packed)
                 except Exception as exc:  # noqa: BLE001 — every caller in the batch hears it
                     for append in batch:
                         if not append.future.done():
@@ -292,7 +295,10 @@ _BATCHERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batc
 
 
 def _batcher(handle: Any) -> _Batcher:
-    per_loop = _BATCHERS.setdefault(asyncio.get_running_loop(), {})
+    loop = asyncio.get_running_loop()
+    per_loop = _BATCHERS.get(loop)
+    if per_loop is None:
+        per_loop = _BATCHERS[loop] = {}
     key = handle._actor_id.hex()
     if key not in per_loop:
         per_loop[key] = _Batcher(handle)
@@ -408,9 +414,12 @@ class SessionLog:
             raise translate(exc, actor=RayRuntimeError, what=f"the session log {self._key!r}") from None
 
     async def _append(self, events: list[Any]) -> list[int]:
+        # Validated and packed here, once, where the events were made (InvalidEventError
+        # at once); the writer only frames and writes the bytes.
+        payloads = [msgpack.packb(check_event(e), use_bin_type=True) for e in events]
         handle = self._handle()
         try:
-            result = await _batcher(handle).submit(self._key, events, lambda: self._open_on(handle))
+            result = await _batcher(handle).submit(self._key, payloads, lambda: self._open_on(handle))
         except ACTOR_GONE as exc:
             remember_dead(exc)
             raise SessionLogWriteError(
