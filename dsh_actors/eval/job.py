@@ -170,7 +170,8 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live
             await scope.register(_shadow(shadow.name, shadow.result, shadow.is_error, shadow.description))
         for event, listener in policy_listeners(episode.policies):
             await scope.on(event, listener)
-        tools = {d.name: d for d in await scope.visible()}
+        if live is not None:  # the definitions (closures and all) only render the live cards
+            tools = {d.name: d for d in await scope.visible()}
         await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
         for number, turn in enumerate(episode.turns, start=1):
             if turn.user is not None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 
 from ..core.errors import error_result
-from ..core.pipeline import finish
+from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
 from .errors import ACTOR_GONE, WorkerCrashedError, died_for_good, translate
@@ -123,6 +123,16 @@ class Dispatcher:
         self._plans = PlanCache(link)
         self._pool = ExecutorPool(link)
         self._key = version_key(link.namespace, link.name)
+
+    async def current_plan(self, agent: str | None) -> ExecutionPlan | None:
+        """``agent``'s plan as of now, for a view read in this process: its cached ticket
+        while the version subscription vouches for it (else asked for again), and the plan
+        itself fetched once per plan — not its definitions shipped on every read.
+        ``None`` when the plan object is lost."""
+        ticket = await self._plans.ticket(agent)
+        if not self._plans.current(ticket):
+            ticket = await self._plans.ticket(agent, refresh=True)
+        return await fetch_plan(ticket)
 
     async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:
         """Create the call's execution from ``source`` and run it (see :meth:`run`)."""

@@ -100,6 +100,9 @@ def _names_now(value: Any) -> Any:
     return list(value)
 
 
+_PLAN_VIEWS = ("get", "visible", "schemas")
+
+
 def _agent_id(scope: "str | AgentScope | None") -> str | None:
     return scope.agent_id if isinstance(scope, AgentScope) else scope
 
@@ -254,9 +257,27 @@ class ToolRegistry(_Registrar):
 
     def _view(self, scope: "str | AgentScope | None", method: str, *args: Any) -> Response[Any]:
         agent = _agent_id(scope)
+        if method in _PLAN_VIEWS:
+            return Response(lambda: self._plan_view(agent, method, *args))
+        return Response(lambda: self._ask_owner(agent, method, *args))
+
+    async def _ask_owner(self, agent: str | None, method: str, *args: Any) -> Any:
         if agent is not None:
-            return Response(lambda: self._link.call_scope(agent, method, *args))
-        return Response(lambda: self._link.call(method, *args))
+            return await self._link.call_scope(agent, method, *args)
+        return await self._link.call(method, *args)
+
+    async def _plan_view(self, agent: str | None, method: str, *args: Any) -> Any:
+        """A view read from the agent's current plan, which this process fetches once per
+        plan (an agent step reads the view on every step: shipping each definition, its
+        callbacks pickled, on every read cost more than the calls)."""
+        plan = await dispatcher(self._link).current_plan(agent)
+        if plan is None:  # the plan object is lost: its owner answers
+            return await self._ask_owner(agent, method, *args)
+        if method == "get":
+            return plan.tools.get(args[0])
+        if method == "visible":
+            return list(plan.tools.values())
+        return [d.schema() for d in plan.tools.values()]
 
     # A view's ``scope`` is an agent id or an AgentScope; without one, the global view.
 
