@@ -99,37 +99,39 @@ async def latency_table(registry: ToolRegistry, total: int) -> str:
     return table(["in flight", "call", "p50 ms", "p99 ms", "calls/s", "p50 vs task", "throughput vs task"], rows)
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_concurrency=10_000)  # as an executor is made
 class AsyncCaller:
-    """Bare calls of a policy method made from an async actor (where executors make them)."""
+    """Bare calls of policy methods made from an async actor (where executors make them)."""
 
-    def __init__(self, target):
-        self.target = target
+    def __init__(self, targets):
+        self.targets = targets
 
     async def median_ms(self, count, payload, gap_s=0.0):
-        """``count`` calls one after another (``gap_s`` idle between them); p50 ms."""
+        """``count`` calls of the first target one after another (``gap_s`` idle between
+        them); p50 ms."""
         latencies = []
         for _ in range(count):
             start = time.perf_counter()
-            await self.target.check.remote(payload)
+            await self.targets[0].check.remote(payload)
             latencies.append((time.perf_counter() - start) * 1e3)
             if gap_s:
                 await asyncio.sleep(gap_s)
         return statistics.median(latencies)
 
-    async def one(self, payload):
-        """What a call with one policy actor does around its policy: one bare call."""
-        await self.target.check.remote(payload)
-
-    async def zero(self, payload):
-        return None
+    async def chain(self, payload, count):
+        """What a call with ``count`` policy actors does around them: one bare call of
+        each, in order (``count`` = 0: nothing)."""
+        for target in self.targets[:count]:
+            await target.check.remote(payload)
 
 
 async def policy_table(total: int, rounds: int = 3) -> str:
-    """Calls with 0, 1, 3 and 5 policy actors in pre-execute, against one bare call of the
-    same policy method with the same execution made from an async actor — measured three
-    ways, because how long an actor call takes here depends on how busy the processes were
-    just before it. Rounds are interleaved and the medians of the rounds reported."""
+    """Calls with 0, 1, 3 and 5 policy actors in pre-execute, against the same number of
+    bare calls of the same policy method with the same execution, made in turn from an
+    async actor's method that the driver calls — the position policy actors have in a
+    call. Also shown: one bare call back to back in a loop, and with 5 ms idle between
+    calls, because how long an actor call takes here depends on how long the processes
+    were idle before it. Rounds are interleaved and the medians of the rounds reported."""
     args = {"text": "hello"}
     counts = (0, 1, 3, 5)
     scopes, registries = {}, []
@@ -141,47 +143,42 @@ async def policy_table(total: int, rounds: int = 3) -> str:
             await registry.on("tools/pre-execute", actor_listener(PassPolicy.remote(), "check"))
         scopes[count] = registry.scope("agent")
         await drive(lambda i: scopes[count].execute(call_id=str(i), name="echo", arguments=args), 30, 1)
-    caller = AsyncCaller.remote(PassPolicy.remote())
+    caller = AsyncCaller.remote([PassPolicy.remote() for _ in range(max(counts))])
     payload = ToolExecution(call_id="c", name="echo", arguments=args, agent="agent")
     await caller.median_ms.remote(30, payload)
     p50s: dict[int, list[float]] = {count: [] for count in counts}
-    bare: dict[str, list[float]] = {"tight": [], "gap": [], "one": [], "zero": []}
+    chains: dict[int, list[float]] = {count: [] for count in counts}
+    tight: list[float] = []
+    gap: list[float] = []
     for _ in range(rounds):
         for count in counts:
             latencies, _ = await drive(lambda i: scopes[count].execute(call_id=str(i), name="echo", arguments=args),
                                        total, 1)
             p50s[count].append(statistics.median(latencies))
-        bare["tight"].append(await caller.median_ms.remote(total, payload))
-        bare["gap"].append(await caller.median_ms.remote(total // 2, payload, 0.005))
-        for method in ("zero", "one"):
-            latencies, _ = await drive(lambda i: getattr(caller, method).remote(payload), total, 1)
-            bare[method].append(statistics.median(latencies))
+            latencies, _ = await drive(lambda i: caller.chain.remote(payload, count), total, 1)
+            chains[count].append(statistics.median(latencies))
+        tight.append(await caller.median_ms.remote(total, payload))
+        gap.append(await caller.median_ms.remote(total // 2, payload, 0.005))
     for registry in registries:
         registry.shutdown()
-    tight, gap = statistics.median(bare["tight"]), statistics.median(bare["gap"])
-    per_call = statistics.median(one - zero for one, zero in zip(bare["one"], bare["zero"]))
-    base = statistics.median(p50s[0])
+    base, bare_base = statistics.median(p50s[0]), statistics.median(chains[0])
     rows = []
-    for count in counts:
-        p50 = statistics.median(p50s[count])
-        per_actor = (p50 - base) / count if count else None
-        rows.append([str(count), f"{p50:.2f}", f"{p50 - base:.2f}",
-                     "—" if per_actor is None else f"{per_actor:.2f}",
-                     "—" if per_actor is None else f"{per_actor / per_call:.2f}×",
-                     "—" if per_actor is None else f"{per_actor / tight:.2f}×"])
-    text = table(["policy actors in pre-execute", "p50 ms", "added ms", "added ms per actor",
-                  "per actor vs bare call in a driver's call", "vs bare calls back to back"], rows)
+    for count in counts[1:]:
+        per_actor = (statistics.median(p50s[count]) - base) / count
+        per_bare = (statistics.median(chains[count]) - bare_base) / count
+        rows.append([str(count), f"{statistics.median(p50s[count]):.2f}", f"{per_actor:.2f}", f"{per_bare:.2f}",
+                     f"{per_actor / per_bare:.2f}×"])
+    text = table(["policy actors in pre-execute", "call p50 ms", "added ms per policy actor",
+                  "added ms per bare call, same position", "ratio"],
+                 [["0", f"{base:.2f}", "—", "—", "—"], *rows])
     return text + (
-        "\n\nOne bare call of the same policy method with the same execution, made from an async actor "
-        "(same run, rounds interleaved):\n\n"
-        f"- added to an async actor's method that the driver calls, one call each time — the position a "
-        f"policy actor has in the chain: **{per_call:.2f} ms** (p50 of driver→actor→policy minus "
-        f"driver→actor);\n"
-        f"- the same calls back to back in a loop inside the actor: {tight:.2f} ms;\n"
-        f"- in a loop with 5 ms idle between calls: {gap:.2f} ms.\n\n"
-        "The last two differ only in how busy the processes were just before the call: on this VM a process "
-        "that has been idle a few ms answers later (wake-up), and a policy call in a chain always follows "
-        "idle time. Goal: per actor ≤ 1.1× the first figure.")
+        "\n\n*Same position*: the driver calls an async actor's method that makes the same number of bare calls "
+        "of the same policy method with the same execution, one after another, to as many policy actors (p50 "
+        "minus that of the method making none, per call) — what a policy actor is in a call. The same bare call "
+        f"back to back in a loop inside the actor takes {statistics.median(tight):.2f} ms, and "
+        f"{statistics.median(gap):.2f} ms with 5 ms idle between calls: on this VM a process idle a few ms "
+        "answers later, and a policy call in a chain always follows idle time, so a loop is not the "
+        "comparison. Goal: ratio ≤ 1.1×.")
 
 
 def pss_mb(pid: int) -> float:

@@ -76,7 +76,8 @@ def test_the_batch_job_runs_unchanged_under_ray_job_submit(head_node, tmp_path):
             break
         time.sleep(2)
     assert submitted.returncode == 0, (submitted.stdout[-3000:], submitted.stderr[-3000:])
-    assert "8 episodes (8 ok, 0 failed)" in submitted.stdout
+    assert "8 episodes (8 ok, 0 failed)" in submitted.stdout  # the summary is in the job's log ...
+    assert f"outputs: {out.resolve()}" in submitted.stdout  # ... with where the files are
     assert "succeeded" in (submitted.stdout + submitted.stderr).lower()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calls"] == 17 and summary["episodes_failed"] == 0
