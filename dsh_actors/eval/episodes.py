@@ -99,9 +99,23 @@ class Episode(_Model):
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(sorted(NAMED_POLICIES))}")
         return names
 
+    _source: tuple[str, int] = pydantic.PrivateAttr(default=("", 0))
+
+    @property
+    def source(self) -> tuple[str, int]:
+        """Where the episode was read: (file, line)."""
+        return self._source
+
     @property
     def agent_id(self) -> str:
         return self.agent or self.id
+
+    def unknown_tools(self, known: set[str]) -> list[str]:
+        """The tool names its scope restricts or guards that ``known`` does not have
+        (shadows may add new names)."""
+        named = [n for names in (self.scope.restrict or {}).values() for n in names]
+        named += [n for guard in self.scope.guards for n in guard.tools]
+        return sorted({n for n in named if n not in known and n not in {s.name for s in self.scope.shadows}})
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,7 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
             except RecursionError:
                 errors.append(EpisodeError(str(path), number, "the episode is nested too deeply"))
                 continue
+            episode._source = (str(path), number)
             if episode.id in seen or episode.agent_id in seen.values():
                 errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))
                 continue

@@ -319,6 +319,14 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
+    known = {d.name for d in reference_tools(str(_example_workspace()))} | {snapshot_definition(t).name for t in tools}
+    known.add("run_code")
+    for episode in [e for e in episodes if e.unknown_tools(known)]:  # found before anything runs
+        episodes.remove(episode)
+        invalid.append(EpisodeError(*episode.source, f"scope names unknown tools {episode.unknown_tools(known)}; "
+                                                     f"known: {', '.join(sorted(known))}"))
+        if progress is not None:
+            print(f"invalid episode: {invalid[-1]}", file=progress, flush=True)
     out = Path(out_dir).resolve()
     kept = _prepare(out, episodes, resume, overwrite)
     tag = uuid.uuid4().hex[:8]

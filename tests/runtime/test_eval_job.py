@@ -48,6 +48,7 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
         '{"id": "typo", "turns": [{"calls": [{"nme": "x"}]}]}',
         '{"id": "fine", "turns": [{"user": "again"}]}',
         '{"id": "bad-policy", "policies": ["nonexistent"], "turns": [{"user": "hi"}]}',
+        '{"id": "bad-tool", "scope": {"restrict": {"deny": ["bsh"]}}, "turns": [{"user": "hi"}]}',
     ]))
     _, errors = load_episodes([episodes])
     assert [(e.line, e.message.split(":")[0]) for e in errors] == [
@@ -55,8 +56,10 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
         (6, "policies")]
     assert "unknown policies ['nonexistent']" in errors[-1].message  # up front, as file:line
     summary = asyncio.run(run_eval([episodes, tmp_path / "missing.jsonl"], tmp_path / "out", progress=None))
-    assert summary["episodes_ok"] == 1 and summary["episodes_failed"] == 6
+    assert summary["episodes_ok"] == 1 and summary["episodes_failed"] == 7
     assert any("missing.jsonl:0: cannot read the file" in line for line in summary["invalid"])
+    assert any(line.startswith(f"{episodes}:7: scope names unknown tools ['bsh']") for line in summary["invalid"])
+    assert [e["id"] for e in summary["per_episode"]] == ["fine"]  # nothing of the bad ones ran
 
 
 def test_the_cli_runs_the_examples_end_to_end(tmp_path):
