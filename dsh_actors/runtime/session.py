@@ -27,6 +27,7 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 import os
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
@@ -51,6 +52,7 @@ SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries":
 append it was running is never retried."""
 
 _KV_NAMESPACE = "dsh_actors"
+_WRITER_TRIES, _WRITER_PAUSE_S = 120, 0.25  # up to 30 s for Ray to restart a writer
 _FSYNC_POLICIES = ("always", "interval", "never")
 
 
@@ -355,30 +357,49 @@ class SessionLog:
     def open(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always", fsync_interval_s: float = 0.05,
              namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
         """Open (or join) the session's log over the file at ``path`` — on this node's
-        session writer, made on first use — and record where it is open (blocking; in
-        async code, :meth:`open_async`)."""
-        log, opened = cls._start(session_id, path, fsync, fsync_interval_s, namespace)
-        ray.get(opened, timeout=120)
-        return log._published()
+        session writer, made on first use (or again, if it died), waited for while Ray
+        restarts it — and record where it is open (blocking; in async code,
+        :meth:`open_async`)."""
+        log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
+        for attempt in range(_WRITER_TRIES):
+            try:
+                ray.get(log._open_on(log._handle()), timeout=120)
+                return log._published()
+            except ACTOR_GONE as exc:
+                log._writer_failed(exc, attempt)
+                time.sleep(_WRITER_PAUSE_S)
+        raise AssertionError("unreachable")
 
     @classmethod
     async def open_async(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always",
                          fsync_interval_s: float = 0.05, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
         """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
-        log, opened = cls._start(session_id, path, fsync, fsync_interval_s, namespace)
-        await opened
-        return log._published()
+        log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
+        for attempt in range(_WRITER_TRIES):
+            try:
+                await log._open_on(log._handle())
+                return log._published()
+            except ACTOR_GONE as exc:
+                log._writer_failed(exc, attempt)
+                await asyncio.sleep(_WRITER_PAUSE_S)
+        raise AssertionError("unreachable")
+
+    def _writer_failed(self, exc: BaseException, attempt: int) -> None:
+        """A writer call that ran nothing failed: one dead for good is made again at the
+        next :meth:`_handle`, one restarting is waited for; the last attempt raises."""
+        remember_dead(exc)
+        if attempt == _WRITER_TRIES - 1:
+            raise translate(exc, actor=RayRuntimeError, what=f"the session log {self._key!r}") from None
 
     @classmethod
-    def _start(cls, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
-               namespace: str) -> tuple["SessionLog", Any]:
+    def _new(cls, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
+             namespace: str) -> "SessionLog":
         ensure_ray()
         if fsync not in _FSYNC_POLICIES:
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
         record = {"path": str(Path(path).resolve()), "fsync": fsync, "interval": fsync_interval_s,
                   "node": ray.get_runtime_context().get_node_id()}
-        log = cls(session_id, namespace, record)
-        return log, log._open_on(log._handle())
+        return cls(session_id, namespace, record)
 
     def _published(self) -> "SessionLog":
         internal_kv._internal_kv_put(_kv_key(self.namespace, self._key), msgpack.packb(self._record),
@@ -404,14 +425,17 @@ class SessionLog:
         return handle
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
-        handle = self._handle()
-        try:
-            if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
-                await self._open_on(handle)
-            return await getattr(handle, method).remote(self._key, *args)
-        except ACTOR_GONE as exc:
-            remember_dead(exc)
-            raise translate(exc, actor=RayRuntimeError, what=f"the session log {self._key!r}") from None
+        """A read (or close) on the writer: safe to send again while it restarts."""
+        for attempt in range(_WRITER_TRIES):
+            handle = self._handle()
+            try:
+                if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
+                    await self._open_on(handle)
+                return await getattr(handle, method).remote(self._key, *args)
+            except ACTOR_GONE as exc:
+                self._writer_failed(exc, attempt)
+                await asyncio.sleep(_WRITER_PAUSE_S)
+        raise AssertionError("unreachable")
 
     async def _append(self, events: list[Any]) -> list[int]:
         # Validated and packed here, once, where the events were made (InvalidEventError
