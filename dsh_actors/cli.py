@@ -75,14 +75,22 @@ def _eval(args: argparse.Namespace) -> int:
     from .eval.job import example_episodes, run_eval
     from .runtime.local import ensure_ray
 
+    from .agent import ModelConfig
     from .eval.job import RunFolderError
 
     paths = args.episodes or [str(example_episodes())]
+    model = None
+    if args.base_url and not args.model:
+        print("dsh-actors eval: --base-url needs --model (the model's name at that endpoint)", file=sys.stderr)
+        return 2
+    if args.model:
+        model = ModelConfig(model=args.model, api_key_env=args.api_key_env, concurrency=args.model_concurrency,
+                            **({"base_url": args.base_url} if args.base_url else {}))
     ensure_ray()
     try:
         summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
                                        live=None if args.quiet else sys.stdout, resume=args.resume,
-                                       overwrite=args.overwrite))
+                                       overwrite=args.overwrite, model=model))
     except RunFolderError as exc:
         print(f"dsh-actors eval: {exc}", file=sys.stderr)
         return 2
@@ -104,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--resume", action="store_true",
                           help="--out holds an earlier run: keep its finished episodes, run the others")
     evaluate.add_argument("--overwrite", action="store_true", help="--out holds an earlier run: start over")
+    evaluate.add_argument("--model", help="model for episodes with a task (OpenAI-compatible Chat Completions)")
+    evaluate.add_argument("--base-url", help="the model endpoint, e.g. http://127.0.0.1:8000/v1 (default: OpenAI's)")
+    evaluate.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    evaluate.add_argument("--model-concurrency", type=int, default=64, help="model requests in flight at once")
     replay = commands.add_parser("replay", help="re-run session logs against a policy set; report what differs")
     replay.add_argument("logs", nargs="+")
     replay.add_argument("--policies", required=True, help="comma-separated policy names (see dsh_actors.eval.policies)")

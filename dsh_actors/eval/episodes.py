@@ -14,6 +14,11 @@ An episode::
        {"code": "print(await tools.read_file(path='notes.txt'))"}   # a run_code call
      ]}
 
+A line with a ``task`` (a string or a list of user messages) instead of ``turns`` puts a
+model in the loop: ``{"id": "q1", "task": "What is 6*7? Answer with the number.",
+"model": {"name": "gpt-x"}, "scorer": {"kind": "exact", "expected": "42"},
+"limits": {"max_turns": 8}}`` (see :mod:`dsh_actors.agent`).
+
 Each line is validated on its own — its JSON, its shape, its id and agent (names, never
 paths), its policy names — so a bad line (not UTF-8, nested too deeply, an integer too
 long to read, an unknown policy) is reported up front as ``<file>:<line>: <what is
@@ -80,6 +85,24 @@ class Scope(_Model):
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
+class ModelChoice(_Model):
+    """An episode's model settings; anything left out comes from the job (``--model``,
+    ``--base-url``)."""
+
+    name: str | None = None
+    base_url: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+
+class Limits(_Model):
+    """An episode's budgets: model turns, tokens, wall seconds."""
+
+    max_turns: int = pydantic.Field(default=20, ge=1)
+    max_tokens: int | None = pydantic.Field(default=None, ge=1)
+    max_wall_s: float | None = pydantic.Field(default=None, gt=0)
+
+
 class Episode(_Model):
     id: str = pydantic.Field(pattern=_NAME)
     """A name (letters, digits, ``.``, ``_``, ``-``), never a path: it names the episode's files."""
@@ -87,7 +110,33 @@ class Episode(_Model):
     mode: Literal["native", "code", "both"] = "native"
     policies: list[str] = []
     scope: Scope = Scope()
-    turns: list[Turn] = pydantic.Field(min_length=1)
+    turns: list[Turn] = []
+    """Scripted turns; or, with a model in the loop, ``task`` (and ``model``, ``scorer``)."""
+    task: str | list[str] | None = None
+    system: str | None = None
+    model: ModelChoice | None = None
+    scorer: dict[str, Any] | None = None
+    limits: Limits = Limits()
+
+    @pydantic.model_validator(mode="after")
+    def _scripted_or_model(self) -> "Episode":
+        if bool(self.turns) == (self.task is not None):
+            raise ValueError("an episode has either scripted turns or a task for a model, one of the two")
+        if self.task is None and (self.model is not None or self.scorer is not None):
+            raise ValueError("model and scorer belong to an episode with a task")
+        return self
+
+    @pydantic.field_validator("scorer")
+    @classmethod
+    def _usable_scorer(cls, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is not None:
+            from ..agent.scoring import ScorerError, check_scorer
+
+            try:
+                check_scorer(spec)
+            except ScorerError as exc:
+                raise ValueError(str(exc)) from None
+        return spec
 
     @pydantic.field_validator("policies")
     @classmethod

@@ -42,6 +42,8 @@ from ..render import render_card
 from ..runtime.client import ToolRegistry
 from ..runtime.session import SessionLog
 from ..runtime.step import agent_step
+from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
+from ..prompt import SystemPrompt
 from ..core.registry import snapshot_definition
 from ..core.types import ToolDefinition
 from ..tools import AgentWorkspaces, reference_tools
@@ -87,6 +89,15 @@ class EpisodeReport:
     sub_calls: int = 0
     sub_call_errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    # with a model in the loop
+    stop: str | None = None
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_s: float = 0.0
+    tool_s: float = 0.0
+    final: str | None = None
+    success: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "errors": dict(self.errors)}
@@ -147,7 +158,8 @@ def _guard(tools: list[str], reason: str) -> Any:
     return lambda execution: reason if execution.name in names else None
 
 
-async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live: TextIO | None) -> EpisodeReport:
+async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live: TextIO | None,
+                       model: ChatModel | None = None) -> EpisodeReport:
     report = EpisodeReport(episode.id, episode.agent_id)
     scope = registry.scope(episode.agent_id)
     session: SessionLog | None = None
@@ -173,25 +185,17 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live
         if live is not None:  # the definitions (closures and all) only render the live cards
             tools = {d.name: d for d in await scope.visible()}
         await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
-        for number, turn in enumerate(episode.turns, start=1):
-            if turn.user is not None:
-                await session.append({"type": "user/message", "content": turn.user})
-            calls = ([{"call_id": f"{episode.id}:{number}:code", "name": "run_code", "arguments": {"code": turn.code}}]
-                     if turn.code is not None else
-                     [{"call_id": c.call_id or f"{episode.id}:{number}:{i}", "name": c.name,
-                       "arguments": c.arguments} for i, c in enumerate(turn.calls, start=1)])
-            if not calls:
-                continue
-            await session.append({"type": "assistant/message", "content": "",
-                                  "tool_calls": [{"call_id": c["call_id"], "name": c["name"],
-                                                  "arguments": c["arguments"]} for c in calls]})
 
-            def seen(call: Any, result: Any, seconds: float) -> None:
-                _classify(report, result, seconds)
-                if live is not None:
-                    print(_card(tools, call, result, episode.id), file=live, flush=True)
+        def seen(call: Any, result: Any, seconds: float) -> None:
+            _classify(report, result, seconds)
+            if live is not None:
+                print(_card(tools, call, result, episode.id), file=live, flush=True)
 
-            await agent_step(scope, session, calls, on_result=seen)
+        if episode.task is not None:
+            assert model is not None  # run_eval gives every task a model
+            await _with_model(episode, registry, scope, session, model, report, seen)
+        else:
+            await _scripted(episode, scope, session, seen)
         await session.append({"type": "turn/end"})
         events = await session.events()
         report.asks = sum(1 for e in events if e["type"] == "approval/asked")
@@ -204,6 +208,48 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live
         if session is not None:
             await session.close()
     return report
+
+
+async def _scripted(episode: Episode, scope: Any, session: SessionLog, seen: Any) -> None:
+    for number, turn in enumerate(episode.turns, start=1):
+        if turn.user is not None:
+            await session.append({"type": "user/message", "content": turn.user})
+        calls = ([{"call_id": f"{episode.id}:{number}:code", "name": "run_code", "arguments": {"code": turn.code}}]
+                 if turn.code is not None else
+                 [{"call_id": c.call_id or f"{episode.id}:{number}:{i}", "name": c.name,
+                   "arguments": c.arguments} for i, c in enumerate(turn.calls, start=1)])
+        if not calls:
+            continue
+        await session.append({"type": "assistant/message", "content": "",
+                              "tool_calls": [{"call_id": c["call_id"], "name": c["name"],
+                                              "arguments": c["arguments"]} for c in calls]})
+        await agent_step(scope, session, calls, on_result=seen)
+
+
+DEFAULT_SYSTEM = ("You are an agent working in a software workspace. Use the tools to do the task; when it is "
+                  "done, answer with the result alone.")
+
+
+async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, session: SessionLog, model: ChatModel,
+                      report: EpisodeReport, seen: Any) -> None:
+    """The episode's agent loop: the system prompt assembled for its scope (mode-aware),
+    its task, its budgets; then its scorer's verdict on the final answer."""
+    prompt = SystemPrompt()
+    prompt.section("task", 0, episode.system or DEFAULT_SYSTEM)
+    prompt.add_registry(registry)
+    assembly = await prompt.assemble({"scope": episode.agent_id})
+    limits = episode.limits
+    outcome = await run_agent(scope, session, model, system=assembly.text(), tools=assembly.tools,
+                              task=episode.task or "", on_result=seen,
+                              budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s))
+    report.stop, report.turns = outcome.stop, outcome.turns
+    report.prompt_tokens, report.completion_tokens = outcome.prompt_tokens, outcome.completion_tokens
+    report.model_s, report.tool_s = round(outcome.model_s, 4), round(outcome.tool_s, 4)
+    report.final = outcome.final
+    if episode.scorer is not None:
+        report.success = score(episode.scorer, outcome.final)
+    if outcome.stop == "model_error":
+        raise RuntimeError(outcome.message)
 
 
 def _card(tools: dict[str, Any], call: Any, result: Any, episode: str) -> str:
@@ -242,11 +288,34 @@ def _summary(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds:
                       "errors": sum(r.sub_call_errors for r in reports)},
         "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
                        "p99": _percentile(latencies, 99)},
+        "model": _model_summary([r for r in reports if r.stop is not None]),
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
-                         "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors}
+                         "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors,
+                         **({"stop": r.stop, "turns": r.turns, "tokens": r.prompt_tokens + r.completion_tokens,
+                             "model_s": r.model_s, "tool_s": r.tool_s, "success": r.success, "final": r.final}
+                            if r.stop is not None else {})}
                         for r in reports],
+    }
+
+
+def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
+    """Episodes with a model in the loop: success, turns, tokens, model vs tool time."""
+    if not reports:
+        return None
+    scored = [r for r in reports if r.success is not None]
+    model_s, tool_s = sum(r.model_s for r in reports), sum(r.tool_s for r in reports)
+    return {
+        "episodes": len(reports),
+        "scored": len(scored),
+        "success_rate": round(sum(bool(r.success) for r in scored) / len(scored), 4) if scored else None,
+        "stops": dict(Counter(r.stop for r in reports if r.stop is not None)),
+        "turns": sum(r.turns for r in reports),
+        "tokens": {"prompt": sum(r.prompt_tokens for r in reports),
+                   "completion": sum(r.completion_tokens for r in reports)},
+        "model_s": round(model_s, 3), "tool_s": round(tool_s, 3),
+        "model_share": round(model_s / (model_s + tool_s), 4) if model_s + tool_s else None,
     }
 
 
@@ -267,12 +336,34 @@ def _markdown(summary: dict[str, Any]) -> str:
         *[f"| {e['id']} | {e['agent']} | {e['status']}{(': ' + e['message']) if e['message'] else ''} | {e['calls']} | "
           f"{e['ok']} | {e['denied']} | {e['asks']} | {sum(e['errors'].values())} |" for e in summary["per_episode"]],
     ]
+    model = summary.get("model")
+    if model:
+        rate = "—" if model["success_rate"] is None else f"{model['success_rate'] * 100:.1f}%"
+        lines += ["", "| model episodes | success (scored) | turns | prompt tokens | completion tokens | model s | "
+                      "tool s | stops |", "|---|---|---|---|---|---|---|---|",
+                  f"| {model['episodes']} | {rate} ({model['scored']}) | {model['turns']} | "
+                  f"{model['tokens']['prompt']} | {model['tokens']['completion']} | {model['model_s']} | "
+                  f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |"]
     if summary["invalid"]:
         lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
     return "\n".join(lines) + "\n"
 
 
 _RUN_FILE = "run.json"
+
+
+def _model_config(episode: Episode, default: ModelConfig | None) -> ModelConfig:
+    """The job's model with the episode's overrides; ``ValueError`` when there is none."""
+    choice = episode.model
+    fields: dict[str, Any] = default.model_dump() if default is not None else {}
+    if choice is not None:
+        fields.update({"model": choice.name} if choice.name else {})
+        fields.update({"base_url": choice.base_url} if choice.base_url else {})
+        fields.update({k: v for k, v in (("temperature", choice.temperature), ("seed", choice.seed)) if v is not None})
+    if not fields.get("model"):
+        raise ValueError("a task needs a model: give the episode a model name, or run with --model "
+                         "(and --base-url for anything but OpenAI's API)")
+    return ModelConfig(**fields)
 
 
 def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) -> dict[str, EpisodeReport]:
@@ -308,12 +399,15 @@ def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) 
 
 async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency: int = 16,
                    live: TextIO | None = None, progress: TextIO | None = sys.stderr,
-                   resume: bool = False, overwrite: bool = False, tools: Sequence[Any] = ()) -> dict[str, Any]:
+                   resume: bool = False, overwrite: bool = False, tools: Sequence[Any] = (),
+                   model: ModelConfig | None = None) -> dict[str, Any]:
     """Run the episodes in ``paths``; write logs and summaries under ``out_dir``; return the
     summary. ``out_dir`` must be new or empty unless ``resume`` (keep the finished episodes
     of the run there, run the others) or ``overwrite`` (start over); else
     :class:`RunFolderError`. ``progress`` gets a progress bar (rate, ETA). ``tools`` are
-    registered next to the reference tools (a raising one counts as ``TOOL_FAILED``)."""
+    registered next to the reference tools (a raising one counts as ``TOOL_FAILED``).
+    ``model`` is the job's model for episodes with a ``task`` (each may override its name,
+    endpoint and sampling); such an episode with no model at all is reported up front."""
     started = time.monotonic()
     episodes, invalid = load_episodes(paths)
     for error in invalid:
@@ -327,10 +421,18 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                                                      f"known: {', '.join(sorted(known))}"))
         if progress is not None:
             print(f"invalid episode: {invalid[-1]}", file=progress, flush=True)
+    configs: dict[str, ModelConfig] = {}
+    for episode in [e for e in episodes if e.task is not None]:
+        try:
+            configs[episode.id] = _model_config(episode, model)
+        except ValueError as exc:
+            episodes.remove(episode)
+            invalid.append(EpisodeError(*episode.source, str(exc)))
     out = Path(out_dir).resolve()
     kept = _prepare(out, episodes, resume, overwrite)
     tag = uuid.uuid4().hex[:8]
     registries: dict[str, ToolRegistry] = {}
+    models: dict[ModelConfig, ChatModel] = {}  # its concurrency limit holds across the job's episodes
     bar = tqdm(total=len(episodes), initial=len(kept), unit="episode", file=progress, disable=progress is None,
                mininterval=0.5, dynamic_ncols=True)
     try:
@@ -341,6 +443,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
             for definition in [*reference_tools(AgentWorkspaces(out / "workspaces")), *tools]:
                 await registry.register(_coded_failures(snapshot_definition(definition)))
             await registry.approvals(policy="never")
+        models.update({config: ChatModel(config) for config in set(configs.values())})  # one per endpoint
         gate = asyncio.Semaphore(max(1, concurrency))
         failures = [0]
 
@@ -348,7 +451,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
             if episode.id in kept:
                 return kept[episode.id]
             async with gate:
-                report = await _run_episode(episode, registries[episode.mode], out, live)
+                report = await _run_episode(episode, registries[episode.mode], out, live,
+                                            models.get(configs.get(episode.id)))  # type: ignore[arg-type]
             (out / "reports" / f"{episode.id}.json").write_text(json.dumps(report.to_json()) + "\n")
             if report.status != "ok":
                 failures[0] += 1
@@ -362,6 +466,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
         bar.close()
         for registry in registries.values():
             registry.shutdown()
+        for chat in models.values():
+            await chat.close()
     summary = _summary(reports, invalid, time.monotonic() - started)
     summary["out"] = str(out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

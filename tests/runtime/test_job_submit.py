@@ -63,7 +63,7 @@ def head_node():
                 pass
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_the_batch_job_runs_unchanged_under_ray_job_submit(head_node, tmp_path):
     out = tmp_path / "job-out"
     deadline = time.monotonic() + 90
@@ -82,3 +82,21 @@ def test_the_batch_job_runs_unchanged_under_ray_job_submit(head_node, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calls"] == 17 and summary["episodes_failed"] == 0
     assert len(list((out / "logs").glob("*.log"))) == 8
+
+    # The agent loop under `ray job submit`: the model is a scripted server on loopback here.
+    from dsh_actors.agent.scripted import ScriptedServer, reply
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "lookup", "task": "Read notes.txt, then say done.",
+                                 "scorer": {"kind": "exact", "expected": "done"}}) + "\n")
+    script = [reply("", ("read_file", {"path": "notes.txt"})), reply("done")]
+    with ScriptedServer(script) as server:
+        looped = subprocess.run(
+            [str(BIN / "ray"), "job", "submit", "--address", head_node["dashboard"], "--working-dir", str(ROOT), "--",
+             "python", "-m", "dsh_actors", "eval", str(tasks), "--out", str(tmp_path / "loop-out"), "--quiet",
+             "--model", "scripted", "--base-url", server.base_url],
+            env=head_node["env"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert looped.returncode == 0, (looped.stdout[-3000:], looped.stderr[-3000:])
+    result = json.loads((tmp_path / "loop-out" / "summary.json").read_text())
+    assert result["model"]["success_rate"] == 1.0 and result["per_episode"][0]["turns"] == 2
+    assert len(server.requests) == 2 and server.requests[1]["messages"][-1]["role"] == "tool"

@@ -1,0 +1,125 @@
+"""The agent loop: ask the model, run the tool calls it returns, until it answers.
+
+Each turn the model sees the system prompt and the history derived from the agent's
+session log (so the log is the one record: ``show`` and ``replay`` work on it). Its
+answer is logged as an ``assistant/message`` with its tool calls; the calls run as one
+agent step (parallel where the tools allow; one ``tool/result`` per call in call order,
+then the step's buffered context). A tool call whose arguments are not JSON still runs
+through the pipeline, which answers ``INVALID_ARGS`` — the model sees the error, the loop
+goes on; an unknown tool gets ``UNKNOWN_TOOL`` the same way. The loop stops on a final
+answer (a turn without tool calls), a budget (turns, tokens, wall time), an abort, or a
+model endpoint that failed after its retries.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..core.signal import AbortSignal
+from ..log import derive_messages
+from .model import ChatModel, ModelError
+
+__all__ = ["AgentOutcome", "Budgets", "run_agent"]
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """When to stop an agent that has not answered: model turns, tokens (prompt and
+    completion together), wall seconds (``None``: no limit)."""
+
+    max_turns: int = 20
+    max_tokens: int | None = None
+    max_wall_s: float | None = None
+
+
+@dataclass
+class AgentOutcome:
+    """How an agent's run ended and what it cost."""
+
+    stop: str = "final"
+    """``final``, ``max_turns``, ``max_tokens``, ``max_wall``, ``aborted`` or ``model_error``."""
+    final: str | None = None
+    message: str = ""
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_s: float = 0.0
+    tool_s: float = 0.0
+    tool_calls: int = 0
+    tool_errors: Counter[str] = field(default_factory=Counter)
+
+
+def _arguments(raw: str) -> Any:
+    """The model's arguments: the parsed object, or the raw text (the pipeline refuses it)."""
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):
+        return raw
+
+
+def _task_messages(task: str | Sequence[str | Mapping[str, Any]]) -> list[str]:
+    if isinstance(task, str):
+        return [task]
+    return [m if isinstance(m, str) else str(m["content"]) for m in task]
+
+
+async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
+                    tools: Sequence[Mapping[str, Any]], task: str | Sequence[str | Mapping[str, Any]],
+                    budgets: Budgets = Budgets(), signal: AbortSignal | None = None,
+                    on_result: Callable[[Mapping[str, Any], Any, float], None] | None = None) -> AgentOutcome:
+    """Run one agent until it answers or a budget ends it (see the module docs).
+
+    ``system`` and ``tools`` are the assembled prompt (:class:`~dsh_actors.prompt.SystemPrompt`
+    gives both, mode-aware); ``task`` is the user's message(s); ``on_result(call, result,
+    seconds)`` hears each tool call's outcome.
+    """
+    from ..runtime.step import agent_step  # the Ray runtime's step; imported when a loop runs
+
+    outcome = AgentOutcome()
+    started = time.monotonic()
+    for text in _task_messages(task):
+        await session.append({"type": "user/message", "content": text})
+    while True:
+        if signal is not None and signal.aborted:
+            outcome.stop, outcome.message = "aborted", str(signal.reason)
+            return outcome
+        if outcome.turns >= budgets.max_turns:
+            outcome.stop = "max_turns"
+            return outcome
+        if budgets.max_tokens is not None and outcome.prompt_tokens + outcome.completion_tokens >= budgets.max_tokens:
+            outcome.stop = "max_tokens"
+            return outcome
+        if budgets.max_wall_s is not None and time.monotonic() - started >= budgets.max_wall_s:
+            outcome.stop = "max_wall"
+            return outcome
+        history = derive_messages(await session.events())
+        try:
+            turn = await model.complete(system, history, tools)
+        except ModelError as exc:
+            outcome.stop, outcome.message = "model_error", str(exc)
+            return outcome
+        outcome.turns += 1
+        outcome.prompt_tokens += turn.prompt_tokens
+        outcome.completion_tokens += turn.completion_tokens
+        outcome.model_s += turn.seconds
+        calls = [{"call_id": c.id, "name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls]
+        await session.append({"type": "assistant/message", "content": turn.content,
+                              **({"tool_calls": calls} if calls else {})})
+        if not calls:
+            outcome.stop, outcome.final = "final", turn.content
+            return outcome
+
+        def seen(call: Mapping[str, Any], result: Any, seconds: float) -> None:
+            outcome.tool_calls += 1
+            if result.is_error and result.error is not None:
+                outcome.tool_errors[result.error["code"]] += 1
+            if on_result is not None:
+                on_result(call, result, seconds)
+
+        step_started = time.perf_counter()
+        await agent_step(scope, session, calls, on_result=seen)
+        outcome.tool_s += time.perf_counter() - step_started

@@ -1,0 +1,151 @@
+"""The model client: OpenAI-compatible Chat Completions with tool calls.
+
+Built on the official ``openai`` package: it speaks the protocol every serving stack
+users run exposes (vLLM, SGLang, llama.cpp, DeepSeek, OpenRouter), retries 429 and 5xx
+answers with backoff (honouring ``Retry-After``), and times requests out — none of which
+is worth writing again over a bare HTTP client. This module adds what a batch needs: a
+concurrency limit shared by the job, token and time accounting per turn, and the
+translation between the session log's messages and the protocol's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pydantic
+
+from ..core.errors import HarnessError
+
+__all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "to_chat_messages"]
+
+
+class ModelError(HarnessError):
+    """The model endpoint failed (after its retries) or answered something unusable."""
+
+    code = "MODEL_ERROR"
+
+
+class ModelConfig(pydantic.BaseModel):
+    """Where the model is and how to ask it. The key is read from the environment
+    variable ``api_key_env`` (never from an episode file); a local server needs none."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float | None = None
+    seed: int | None = None
+    max_retries: int = pydantic.Field(default=4, ge=0)
+    timeout_s: float = pydantic.Field(default=120.0, gt=0)
+    concurrency: int = pydantic.Field(default=64, ge=1)
+    """Requests in flight at once across everything that shares this client (one job)."""
+
+
+@dataclass(frozen=True)
+class RawToolCall:
+    """A tool call as the model wrote it: ``arguments`` is the raw text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """One model answer: its text, its tool calls, what it cost."""
+
+    content: str
+    tool_calls: list[RawToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
+    return ""
+
+
+def to_chat_messages(system: str, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The session log's model-facing history (``derive_messages``) as Chat Completions
+    messages, after the system prompt."""
+    chat: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        role = message["role"]
+        if role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": _text(message.get("content")) or None}
+            if message.get("tool_calls"):
+                entry["tool_calls"] = [{
+                    "id": call["call_id"], "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"] if isinstance(
+                        call["arguments"], str) else json.dumps(call["arguments"], ensure_ascii=False)},
+                } for call in message["tool_calls"]]
+            chat.append(entry)
+        elif role == "tool":
+            chat.append({"role": "tool", "tool_call_id": message["call_id"], "content": _text(message["content"])})
+        else:
+            chat.append({"role": "user", "content": _text(message.get("content"))})
+    return chat
+
+
+def to_chat_tools(schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": s["name"], "description": s["description"],
+                                              "parameters": s["parameters"]}} for s in schemas]
+
+
+class ChatModel:
+    """A Chat Completions client for one model, shared by a job's episodes."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        import openai  # imported here: only model-driven episodes need it
+
+        self.config = config
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "unused",
+            max_retries=config.max_retries, timeout=config.timeout_s)
+        self._errors = (openai.APIError,)
+        self._gate: asyncio.Semaphore | None = None
+
+    async def complete(self, system: str, messages: Sequence[Mapping[str, Any]],
+                       tools: Sequence[Mapping[str, Any]]) -> ModelTurn:
+        """Ask the model for its next turn; :class:`ModelError` once its retries are spent."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.config.concurrency)
+        options: dict[str, Any] = {}
+        if self.config.temperature is not None:
+            options["temperature"] = self.config.temperature
+        if self.config.seed is not None:
+            options["seed"] = self.config.seed
+        if tools:
+            options["tools"] = to_chat_tools(tools)
+        async with self._gate:
+            started = time.perf_counter()
+            try:
+                response = await self._client.chat.completions.create(
+                    model=self.config.model, messages=to_chat_messages(system, messages), **options)  # type: ignore[arg-type]
+            except self._errors as exc:
+                raise ModelError(f"the model endpoint {self.config.base_url} failed: {exc}") from None
+            seconds = time.perf_counter() - started
+        if not response.choices:
+            raise ModelError(f"the model endpoint {self.config.base_url} answered with no choices")
+        message = response.choices[0].message
+        calls = []
+        for call in message.tool_calls or []:
+            function = getattr(call, "function", None)  # custom (non-function) tool calls are not ours
+            if function is not None:
+                calls.append(RawToolCall(call.id, function.name, function.arguments or ""))
+        usage = response.usage
+        return ModelTurn(message.content or "", calls, getattr(usage, "prompt_tokens", 0) or 0,
+                         getattr(usage, "completion_tokens", 0) or 0, seconds)
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,107 @@
+"""A scripted Chat Completions server on loopback, for tests, benchmarks and offline runs.
+
+It speaks enough of the protocol for :class:`~.model.ChatModel` (through the real
+``openai`` client): ``POST /v1/chat/completions`` answers the next scripted reply — a
+final answer, tool calls (their arguments sent as given, malformed ones included), or an
+HTTP status such as 429 — and records each request. ``script`` is a list (replies in
+order, shared by every conversation) or a function of the request's JSON. It never
+contacts anything: it binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+from aiohttp import web
+
+__all__ = ["ScriptedServer", "reply"]
+
+Reply = Mapping[str, Any]
+
+
+def reply(content: str = "", *tool_calls: tuple[str, Any], status: int = 200, delay_s: float = 0.0) -> dict[str, Any]:
+    """A scripted reply: ``content``, tool calls as ``(name, arguments)`` (a mapping is
+    sent as JSON, a string as it is), or an HTTP ``status`` other than 200."""
+    return {"content": content, "status": status, "delay_s": delay_s,
+            "tool_calls": [{"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)} for n, a in tool_calls]}
+
+
+class ScriptedServer:
+    """``with ScriptedServer(script) as server:`` — ``server.base_url`` is the endpoint."""
+
+    def __init__(self, script: Sequence[Reply] | Callable[[dict[str, Any]], Reply]) -> None:
+        self._script = script if callable(script) else list(script)
+        self.requests: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _next(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if callable(self._script):
+                return self._script(request)
+            if not self._script:
+                return reply("(the script is over)")
+            return self._script.pop(0)
+
+    async def _completions(self, http: web.Request) -> web.Response:
+        body = await http.json()
+        answer = self._next(body)
+        if answer.get("delay_s"):
+            await asyncio.sleep(answer["delay_s"])
+        if answer.get("status", 200) != 200:
+            return web.json_response({"error": {"message": "scripted error", "type": "scripted"}},
+                                     status=answer["status"], headers={"Retry-After": "0"})
+        calls = [{"id": f"call_{next(self._ids)}", "type": "function",
+                  "function": {"name": c["name"], "arguments": c["arguments"]}} for c in answer.get("tool_calls", [])]
+        message: dict[str, Any] = {"role": "assistant", "content": answer.get("content") or None}
+        if calls:
+            message["tool_calls"] = calls
+        prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4 + 1
+        completion = len(answer.get("content") or "") // 4 + 1 + 10 * len(calls)
+        return web.json_response({
+            "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        })
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._started.set()
+        self._loop.run_forever()
+
+    def __enter__(self) -> "ScriptedServer":
+        self._thread = threading.Thread(target=self._serve, name="scripted-chat", daemon=True)
+        self._thread.start()
+        if not self._started.wait(30):
+            raise RuntimeError("the scripted server did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        async def stop() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()

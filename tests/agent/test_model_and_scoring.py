@@ -1,0 +1,99 @@
+"""The model client against a real HTTP server on loopback (through the real openai
+client), the protocol translation, and the scorers."""
+
+import asyncio
+import sys
+
+import pytest
+
+from dsh_actors.agent import ChatModel, ModelConfig, ScorerError, score
+from dsh_actors.agent.model import ModelError, to_chat_messages
+from dsh_actors.agent.scripted import ScriptedServer, reply
+from dsh_actors.agent.scoring import check_scorer
+
+pytestmark = pytest.mark.timeout(60)
+TOOLS = [{"name": "read_file", "description": "Read a file.", "parameters": {"type": "object"}}]
+
+
+def complete(server, *, retries=2, messages=None, tools=TOOLS):
+    async def run():
+        model = ChatModel(ModelConfig(model="scripted-1", base_url=server.base_url, max_retries=retries,
+                                      temperature=0.0, seed=7))
+        try:
+            return await model.complete("You are terse.", messages or [{"role": "user", "content": "hi"}], tools)
+        finally:
+            await model.close()
+    return asyncio.run(run())
+
+
+def test_tool_calls_come_back_raw_and_the_request_carries_model_tools_and_sampling():
+    with ScriptedServer([reply("", ("read_file", {"path": "a.txt"}), ("read_file", '{"path": '))]) as server:
+        turn = complete(server)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("read_file", '{"path": "a.txt"}'),
+                                                                ("read_file", '{"path": ')]
+    assert turn.completion_tokens > 0 and turn.prompt_tokens > 0 and turn.seconds > 0
+    sent = server.requests[0]
+    assert sent["model"] == "scripted-1" and sent["temperature"] == 0.0 and sent["seed"] == 7
+    assert sent["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert sent["tools"] == [{"type": "function", "function": TOOLS[0]}]
+
+
+def test_429_is_retried_with_backoff_and_a_server_that_keeps_failing_is_a_model_error():
+    with ScriptedServer([reply(status=429), reply(status=503), reply("fine")]) as server:
+        assert complete(server).content == "fine"
+    assert len(server.requests) == 3
+    with ScriptedServer([reply(status=429)] * 5) as server:
+        with pytest.raises(ModelError, match="failed"):
+            complete(server, retries=1)
+    assert len(server.requests) == 2
+
+
+def test_the_log_history_becomes_chat_messages_tool_results_matched_to_their_calls():
+    history = [
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"call_id": "c1", "name": "read_file", "arguments": {"path": "a"}},
+            {"call_id": "c2", "name": "read_file", "arguments": '{"path": '}]},
+        {"role": "tool", "call_id": "c1", "name": "read_file", "content": [{"type": "text", "text": "A"}],
+         "is_error": False},
+        {"role": "tool", "call_id": "c2", "name": "read_file",
+         "content": [{"type": "text", "text": "Error: bad"}], "is_error": True},
+        {"role": "user", "content": "context", "contexts": []},
+    ]
+    chat = to_chat_messages("sys", history)
+    assert chat[2]["tool_calls"][1]["function"]["arguments"] == '{"path": '  # sent back as the model wrote it
+    assert chat[2]["content"] is None and chat[2]["tool_calls"][0]["function"]["arguments"] == '{"path": "a"}'
+    assert chat[3] == {"role": "tool", "tool_call_id": "c1", "content": "A"}
+    assert chat[4] == {"role": "tool", "tool_call_id": "c2", "content": "Error: bad"}
+    assert chat[5] == {"role": "user", "content": "context"}
+
+
+def good_answer(text):
+    return text.startswith("yes")
+
+
+@pytest.mark.parametrize("spec,answer,verdict", [
+    ({"kind": "exact", "expected": "42"}, " 42\n", True),
+    ({"kind": "exact", "expected": "42"}, "43", False),
+    ({"kind": "exact", "expected": "42"}, None, False),
+    ({"kind": "regex", "pattern": r"\b4\d\b"}, "the answer is 42.", True),
+    ({"kind": "json_path", "path": "$.items[1].id", "expected": 7}, '{"items": [{"id": 1}, {"id": 7}]}', True),
+    ({"kind": "json_path", "path": '$["a b"]', "expected": "x"}, '{"a b": "x"}', True),
+    ({"kind": "json_path", "path": "$.items[5]", "expected": 7}, '{"items": []}', False),
+    ({"kind": "json_path", "path": "$.a", "expected": 1}, "not json", False),
+    ({"kind": "python", "callable": f"{__name__}:good_answer"}, "yes indeed", True),
+])
+def test_scorers(spec, answer, verdict):
+    sys.modules.setdefault(__name__, sys.modules[__name__])
+    assert score(spec, answer) is verdict
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"kind": "fuzzy"}, "unknown scorer kind"), ({"kind": "regex", "pattern": "("}, "bad regex"),
+    ({"kind": "json_path", "path": "a.b", "expected": 1}, "starts with"),
+    ({"kind": "python", "callable": "no_such_module_xyz:f"}, "cannot import"),
+    ({"kind": "exact"}, "needs"),
+])
+def test_a_malformed_scorer_is_refused_with_what_is_wrong(spec, message):
+    with pytest.raises(ScorerError, match=message):
+        check_scorer(spec)

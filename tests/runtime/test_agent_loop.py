@@ -1,0 +1,92 @@
+"""A model in the loop: episodes with a task run an agent loop against a real HTTP server on
+loopback speaking Chat Completions, through the real openai client."""
+
+import asyncio
+import json
+
+import pytest
+
+from dsh_actors.agent import ModelConfig
+from dsh_actors.agent.scripted import ScriptedServer, reply
+from dsh_actors.eval.job import DEFAULT_SYSTEM, run_eval, show_log
+from dsh_actors.eval.replay import replay_logs
+from dsh_actors.log import read_records
+
+T = 240
+
+SCRIPTS = {
+    "What is 6*7? Answer with the number.": [
+        reply("Let me look.", ("read_file", {"path": "notes.txt"}), ("read_file", '{"path": '), ("teleport", {})),
+        reply("42"),
+    ],
+    "Loop forever.": [reply("", ("read_file", {"path": "notes.txt"}))] * 5,
+    "Say ok.": [reply(status=429), reply("ok")],
+}
+
+
+def respond(request):
+    """Each conversation gets its own script, by its task (its first user message)."""
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    script = SCRIPTS[task]
+    turn = sum(1 for m in request["messages"] if m["role"] == "assistant")
+    if task == "Say ok.":  # the first request is refused (429); the client retries
+        respond.calls[task] = respond.calls.get(task, 0) + 1
+        return script[0] if respond.calls[task] == 1 else script[1]
+    return script[min(turn, len(script) - 1)]
+
+
+respond.calls = {}
+
+
+@pytest.mark.timeout(T)
+def test_task_episodes_run_the_agent_loop_score_and_log_every_turn(ray_cluster, tmp_path):
+    episodes = tmp_path / "tasks.jsonl"
+    episodes.write_text("\n".join(json.dumps(e) for e in [
+        {"id": "answers", "task": "What is 6*7? Answer with the number.", "policies": ["deny-destructive"],
+         "scorer": {"kind": "exact", "expected": "42"}},
+        {"id": "loops", "task": "Loop forever.", "limits": {"max_turns": 2}, "scorer": {"kind": "regex", "pattern": "."}},
+        {"id": "polite", "agent": "polite-agent", "task": "Say ok.", "scorer": {"kind": "exact", "expected": "ok"}},
+        {"id": "no-model-needed", "turns": [{"calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]}]},
+    ]))
+    with ScriptedServer(respond) as server:
+        config = ModelConfig(model="scripted-7b", base_url=server.base_url, max_retries=3, temperature=0.0)
+        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config))
+    per = {e["id"]: e for e in summary["per_episode"]}
+    assert summary["episodes_failed"] == 0, summary["per_episode"]
+    assert per["answers"]["stop"] == "final" and per["answers"]["final"] == "42" and per["answers"]["success"] is True
+    assert per["answers"]["turns"] == 2 and per["answers"]["calls"] == 3
+    assert per["answers"]["errors"] == {"INVALID_ARGS": 1, "UNKNOWN_TOOL": 1}  # the model saw both, the loop went on
+    assert per["loops"]["stop"] == "max_turns" and per["loops"]["turns"] == 2 and per["loops"]["success"] is False
+    assert per["polite"]["final"] == "ok" and per["polite"]["success"] is True
+    assert "stop" not in per["no-model-needed"]  # a scripted episode in the same job
+    model = summary["model"]
+    assert model["episodes"] == 3 and model["success_rate"] == round(2 / 3, 4) and model["turns"] == 5
+    assert model["tokens"]["prompt"] > 0 and model["tokens"]["completion"] > 0
+    assert model["model_s"] > 0 and model["tool_s"] > 0 and model["stops"] == {"final": 2, "max_turns": 1}
+    # The second request of "answers" carries the tool results, matched to the calls' ids.
+    answers = [r for r in server.requests if r["messages"][1]["content"].startswith("What is 6*7")]
+    assert len(answers) == 2
+    assert {t["function"]["name"] for t in answers[0]["tools"]} == {"bash", "read_file", "write_file", "edit_file"}
+    assert answers[0]["messages"][0] == {"role": "system", "content": DEFAULT_SYSTEM}
+    ids = [c["id"] for c in next(m for m in answers[1]["messages"] if m["role"] == "assistant")["tool_calls"]]
+    tool_messages = [m for m in answers[1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ids and len(ids) == 3
+    assert "must be an object" in tool_messages[1]["content"] and "unknown tool" in tool_messages[2]["content"]
+    assert answers[0]["model"] == "scripted-7b" and answers[0]["temperature"] == 0.0
+    # The log is the record: show renders it, replay runs it as the episode's agent.
+    log = tmp_path / "out" / "logs" / "answers.log"
+    kinds = [e["type"] for e in read_records(log)]
+    assert kinds[:3] == ["turn/start", "user/message", "assistant/message"] and kinds.count("tool/result") == 3
+    shown, damage = show_log(log)
+    assert "» user: What is 6*7?" in shown and damage is None
+    assert replay_logs([tmp_path / "out" / "logs" / "polite.log"], ["deny-destructive"]) == []
+
+
+@pytest.mark.timeout(T)
+def test_a_task_without_a_model_is_reported_up_front(ray_cluster, tmp_path):
+    episodes = tmp_path / "tasks.jsonl"
+    episodes.write_text(json.dumps({"id": "orphan", "task": "Hello?"}) + "\n")
+    summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None))
+    assert summary["invalid"] == [f"{episodes}:1: a task needs a model: give the episode a model name, or run with "
+                                  "--model (and --base-url for anything but OpenAI's API)"]
+    assert summary["per_episode"] == []
