@@ -52,8 +52,9 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
     ]))
     _, errors = load_episodes([episodes])
     assert [(e.line, e.message.split(":")[0]) for e in errors] == [
-        (2, "invalid JSON"), (3, "turns"), (4, "turns.0.calls.0.name"), (5, 'episode id or agent "fine" is used twice'),
+        (2, "invalid JSON"), (3, "episode"), (4, "turns.0.calls.0.name"), (5, 'episode id or agent "fine" is used twice'),
         (6, "policies")]
+    assert "either scripted turns or a task" in errors[1].message
     assert "unknown policies ['nonexistent']" in errors[-1].message  # up front, as file:line
     summary = asyncio.run(run_eval([episodes, tmp_path / "missing.jsonl"], tmp_path / "out", progress=None))
     assert summary["episodes_ok"] == 1 and summary["episodes_failed"] == 7
