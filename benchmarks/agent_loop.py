@@ -72,10 +72,11 @@ def main(count: int, concurrency: int) -> str:
         wall = time.monotonic() - start
     model = summary["model"]
     assert summary["episodes_failed"] == 0 and model["success_rate"] == 1.0, summary["per_episode"][:2]
-    busy = wall * min(concurrency, count)  # episode-seconds the run had room for
-    rows = [[f"{count:,}", str(concurrency), f"{wall:.1f}", f"{count / wall:.1f}",
-             f"{model['model_s']:.0f}", f"{model['tool_s']:.0f}", f"{model['model_s'] / busy * 100:.1f}%",
-             f"{100 - model['model_s'] / busy * 100:.1f}%", f"{count * 2 * LATENCY_S / min(concurrency, count):.1f}"]]
+    at_once = min(concurrency, count)
+    share = model["model_s"] / (wall * at_once) * 100  # of the episode-seconds the run had room for
+    rows = [[f"{count:,}", str(concurrency), f"{wall:.1f}", f"{count / wall:.1f}", f"{model['model_s']:.0f}",
+             f"{model['tool_s']:.0f}", f"{share:.1f}%", f"{100 - share:.1f}%",
+             f"{count * 2 * LATENCY_S / at_once:.1f}"]]
     return table(["episodes", "at once", "wall s", "episodes/s", "model s (sum)", "tool s (sum)",
                   "model share of wall", "outside the model", "ideal wall s"], rows) + (
         "\n\nEach episode: two model turns of 50 ms (a `read_file` call, then the answer, scored), one tool call, "

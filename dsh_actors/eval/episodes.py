@@ -162,9 +162,9 @@ class Episode(_Model):
     def unknown_tools(self, known: set[str]) -> list[str]:
         """The tool names its scope restricts or guards that ``known`` does not have
         (shadows may add new names)."""
-        named = [n for names in (self.scope.restrict or {}).values() for n in names]
-        named += [n for guard in self.scope.guards for n in guard.tools]
-        return sorted({n for n in named if n not in known and n not in {s.name for s in self.scope.shadows}})
+        named = {n for names in (self.scope.restrict or {}).values() for n in names}
+        named |= {n for guard in self.scope.guards for n in guard.tools}
+        return sorted(named - known - {s.name for s in self.scope.shadows})
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from ..runtime.session import SessionLog
 from ..runtime.step import agent_step
 from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
 from ..prompt import SystemPrompt
-from ..core.registry import snapshot_definition
+from ..core.registry import RUN_CODE, snapshot_definition
 from ..core.types import ToolDefinition
 from ..tools import AgentWorkspaces, reference_tools
 from .episodes import Episode, EpisodeError, load_episodes
@@ -352,6 +352,25 @@ def _markdown(summary: dict[str, Any]) -> str:
 _RUN_FILE = "run.json"
 
 
+def _refuse_up_front(episodes: list[Episode], invalid: list[EpisodeError], extra_tools: set[str],
+                     model: ModelConfig | None) -> dict[str, ModelConfig]:
+    """Move to ``invalid`` (as file:line) each episode that cannot run: its scope names
+    tools nobody has, or it has a task and no model. Returns each task's model."""
+    known = {d.name for d in reference_tools(str(_example_workspace()))} | extra_tools | {RUN_CODE}
+    configs: dict[str, ModelConfig] = {}
+    for episode in list(episodes):
+        try:
+            unknown = episode.unknown_tools(known)
+            if unknown:
+                raise ValueError(f"scope names unknown tools {unknown}; known: {', '.join(sorted(known))}")
+            if episode.task is not None:
+                configs[episode.id] = _model_config(episode, model)
+        except ValueError as exc:
+            episodes.remove(episode)
+            invalid.append(EpisodeError(*episode.source, str(exc)))
+    return configs
+
+
 def _model_config(episode: Episode, default: ModelConfig | None) -> ModelConfig:
     """The job's model with the episode's overrides; ``ValueError`` when there is none."""
     choice = episode.model
@@ -410,24 +429,11 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     endpoint and sampling); such an episode with no model at all is reported up front."""
     started = time.monotonic()
     episodes, invalid = load_episodes(paths)
+    extra = [snapshot_definition(t) for t in tools]
+    configs = _refuse_up_front(episodes, invalid, {d.name for d in extra}, model)
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
-    known = {d.name for d in reference_tools(str(_example_workspace()))} | {snapshot_definition(t).name for t in tools}
-    known.add("run_code")
-    for episode in [e for e in episodes if e.unknown_tools(known)]:  # found before anything runs
-        episodes.remove(episode)
-        invalid.append(EpisodeError(*episode.source, f"scope names unknown tools {episode.unknown_tools(known)}; "
-                                                     f"known: {', '.join(sorted(known))}"))
-        if progress is not None:
-            print(f"invalid episode: {invalid[-1]}", file=progress, flush=True)
-    configs: dict[str, ModelConfig] = {}
-    for episode in [e for e in episodes if e.task is not None]:
-        try:
-            configs[episode.id] = _model_config(episode, model)
-        except ValueError as exc:
-            episodes.remove(episode)
-            invalid.append(EpisodeError(*episode.source, str(exc)))
     out = Path(out_dir).resolve()
     kept = _prepare(out, episodes, resume, overwrite)
     tag = uuid.uuid4().hex[:8]
@@ -440,8 +446,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
             registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode, scope_hosting="shared",  # a fleet
                                             code_runtime=CodeRuntimeConfig() if mode != "native" else None)
             registries[mode] = registry
-            for definition in [*reference_tools(AgentWorkspaces(out / "workspaces")), *tools]:
-                await registry.register(_coded_failures(snapshot_definition(definition)))
+            for definition in [*reference_tools(AgentWorkspaces(out / "workspaces")), *extra]:
+                await registry.register(_coded_failures(definition))
             await registry.approvals(policy="never")
         models.update({config: ChatModel(config) for config in set(configs.values())})  # one per endpoint
         gate = asyncio.Semaphore(max(1, concurrency))
@@ -451,8 +457,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
             if episode.id in kept:
                 return kept[episode.id]
             async with gate:
-                report = await _run_episode(episode, registries[episode.mode], out, live,
-                                            models.get(configs.get(episode.id)))  # type: ignore[arg-type]
+                chat = models[configs[episode.id]] if episode.id in configs else None
+                report = await _run_episode(episode, registries[episode.mode], out, live, chat)
             (out / "reports" / f"{episode.id}.json").write_text(json.dumps(report.to_json()) + "\n")
             if report.status != "ok":
                 failures[0] += 1

@@ -375,12 +375,17 @@ class SessionLog:
                          fsync_interval_s: float = 0.05, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
         """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
         log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
+        await log._resent(log._open_on)
+        return log._published()
+
+    async def _resent(self, send: Callable[[Any], Awaitable[Any]]) -> Any:
+        """``send(writer)``, sent again while Ray restarts the writer (or after one dead
+        for good is made again): for what runs nothing twice — opens and reads."""
         for attempt in range(_WRITER_TRIES):
             try:
-                await log._open_on(log._handle())
-                return log._published()
+                return await send(self._handle())
             except ACTOR_GONE as exc:
-                log._writer_failed(exc, attempt)
+                self._writer_failed(exc, attempt)
                 await asyncio.sleep(_WRITER_PAUSE_S)
         raise AssertionError("unreachable")
 
@@ -425,17 +430,12 @@ class SessionLog:
         return handle
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
-        """A read (or close) on the writer: safe to send again while it restarts."""
-        for attempt in range(_WRITER_TRIES):
-            handle = self._handle()
-            try:
-                if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
-                    await self._open_on(handle)
-                return await getattr(handle, method).remote(self._key, *args)
-            except ACTOR_GONE as exc:
-                self._writer_failed(exc, attempt)
-                await asyncio.sleep(_WRITER_PAUSE_S)
-        raise AssertionError("unreachable")
+        """A read on the writer (opening the session there again if it restarted)."""
+        async def send(handle: Any) -> Any:
+            if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
+                await self._open_on(handle)
+            return await getattr(handle, method).remote(self._key, *args)
+        return await self._resent(send)
 
     async def _append(self, events: list[Any]) -> list[int]:
         # Validated and packed here, once, where the events were made (InvalidEventError

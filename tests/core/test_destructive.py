@@ -25,11 +25,6 @@ HARMLESS = [
 ]
 
 
-@pytest.mark.parametrize("command", DESTRUCTIVE)
-def test_destructive_commands_are_named(command):
-    assert destructive(command) is not None
-
-
-@pytest.mark.parametrize("command", HARMLESS)
-def test_harmless_commands_pass(command):
-    assert destructive(command) is None
+@pytest.mark.parametrize("command,harmful", [(c, True) for c in DESTRUCTIVE] + [(c, False) for c in HARMLESS])
+def test_destructive_commands_are_named_and_harmless_ones_pass(command, harmful):
+    assert (destructive(command) is not None) is harmful
