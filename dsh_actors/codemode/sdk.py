@@ -51,7 +51,7 @@ def _type(schema: Any) -> str:
     if kind == "string":
         enum = schema.get("enum")
         if isinstance(enum, list) and enum and all(isinstance(m, str) for m in enum):
-            return "Literal[" + ", ".join(json.dumps(m, ensure_ascii=False) for m in enum) + "]"
+            return "Literal[" + ", ".join(_literal(m) for m in enum) + "]"
         return "str"
     if kind == "number":
         return "float"
@@ -72,10 +72,16 @@ def _type(schema: Any) -> str:
         fields = []
         for name, prop in properties.items():
             inner = _type(prop)
-            fields.append(f"{json.dumps(str(name), ensure_ascii=False)}: "
+            fields.append(f"{_literal(str(name))}: "
                           + (inner if name in required else f"NotRequired[{inner}]"))
         return "TypedDict({" + ", ".join(fields) + "})"
     return "Any"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a Python string literal that any source encoding carries (a lone
+    surrogate is written as its escape, as JSON writes it)."""
+    return "".join(_visible(c) for c in json.dumps(text, ensure_ascii=False))
 
 
 def _doc(text: Any) -> str:

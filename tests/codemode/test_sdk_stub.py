@@ -2,7 +2,7 @@
 
 import ast
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from dsh_actors.codemode.sdk import render_sdk
 
@@ -23,6 +23,7 @@ def docstring_of(source, name):
 
 @settings(max_examples=300, deadline=None)
 @given(name=NAMES, description=ANY_TEXT, prop=NAMES, prop_description=ANY_TEXT)
+@example(name="_", description="", prop="\ud800", prop_description="")  # a lone surrogate as a property name
 def test_any_name_and_description_give_a_stub_that_parses(name, description, prop, prop_description):
     ast.parse(stub(name, description, {prop: {"type": "string", "description": prop_description}}))
 
