@@ -2,7 +2,8 @@
 
 :class:`Dispatcher` (one per registry per process) creates each call's execution once —
 here, in the caller's process — and sends it as one envelope to an executor actor
-picked from :class:`ExecutorPool`; it resubmits when the executor answers *stale* or
+picked from :class:`ExecutorPool` (alone, or batched with the other calls this loop has
+in flight there: see ``batches``); it resubmits when the executor answers *stale* or
 *need plan* (nothing ran), and finishes the call here when its input was unusable or
 its executor died, so the caller always gets exactly one result. A call made on an
 executor's own loop (a Code Mode sub-call) runs on that executor without a Ray hop.
@@ -20,7 +21,8 @@ from ..core.errors import error_result
 from ..core.pipeline import ExecutionPlan, finish
 from ..core.pipeline.create import create_execution
 from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
-from .errors import ACTOR_GONE, WorkerCrashedError, died_for_good, translate
+from .batches import SentCall, lanes_of
+from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, translate
 from .executor import cancel_task, executor_here
 from .link import RegistryLink
 from .plans import PlanCache, fetch_plan
@@ -28,7 +30,7 @@ from .signals import send_signal
 from .version import version_key
 from .wire import Outcome, PlanTicket, pack_call
 
-__all__ = ["CallInput", "Dispatcher", "ExecutorPool", "create", "dispatcher"]
+__all__ = ["CallInput", "Dispatcher", "ExecutorPool", "cancel_call", "create", "dispatcher"]
 
 _STALE_RETRIES = 3
 SICK_S = 5.0
@@ -76,8 +78,15 @@ def create(source: Mapping[str, Any]) -> tuple[ToolExecution, dict[str, Any] | N
     return create_execution(source, ExecutionToken())
 
 
+_TURN_CALLS = 16
+"""How many calls made in one turn of an event loop go to the same executor (so they
+travel as one batch) before the next executor's turn."""
+
+
 class ExecutorPool:
-    """This process's view of a registry's executor actors, picked in turn.
+    """This process's view of a registry's executor actors, picked in turn: the calls one
+    turn of the event loop makes go to one executor (up to :data:`_TURN_CALLS`), so they
+    share an actor task, and the next turn's go to the next one.
 
     An executor that failed a call is avoided for :data:`SICK_S` while Ray restarts it
     (calls sent to a restarting actor fail at once, and executions never retry); one that
@@ -90,12 +99,27 @@ class ExecutorPool:
         self._incarnation = -1  # of the registry the handles came from
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._next = 0
+        self._turn: list[Any] = [None, 0]  # the executor of this loop turn, calls sent to it
 
     async def pick(self) -> Any:
         if not self._handles or self._incarnation != self._link.incarnation:
             self._link.actor()
             self._incarnation = self._link.incarnation
             self._handles = list(await self._link.call("executors"))
+        held, count = self._turn
+        if held is not None and count < _TURN_CALLS:
+            self._turn[1] = count + 1
+            return held
+        handle = self._rotate()
+        if held is None:
+            asyncio.get_running_loop().call_soon(self._end_turn)
+        self._turn[:] = [handle, 1]
+        return handle
+
+    def _end_turn(self) -> None:
+        self._turn[:] = [None, 0]
+
+    def _rotate(self) -> Any:
         now = time.monotonic()
         for _ in range(len(self._handles)):
             self._next = (self._next + 1) % len(self._handles)
@@ -106,6 +130,7 @@ class ExecutorPool:
 
     def failed(self, handle: Any, died: bool) -> None:
         self._sick[handle._actor_id] = time.monotonic() + SICK_S
+        self._turn[:] = [None, 0]
         if not died:
             return
         self._handles = []
@@ -165,10 +190,8 @@ class Dispatcher:
                                      signal_id=signal_id, aborted=aborted)
                 if here is not None:
                     ref: Any = asyncio.ensure_future(here.execute_here(envelope, box, execution.signal))
-                elif box is None and hub is None:
-                    ref = executor.execute.remote(envelope)
-                else:
-                    ref = executor.execute.remote(envelope, box, hub)
+                else:  # alone, or batched with the other calls this loop has in flight there
+                    ref = lanes_of(self).send(executor, envelope, box, hub)
                 cancel_box[:] = [ref]
                 try:
                     outcome = Outcome.read(await ref)
@@ -181,6 +204,10 @@ class Dispatcher:
                         f"finished (its executor actor is gone)") from exc
                 if outcome.value is not None:
                     return outcome.value
+                if outcome.failure is not None:  # a batched call stopped before its pipeline ended
+                    return await self._finish_here(execution, ticket, outcome.failure)
+                if outcome.kind == "cancelled":
+                    raise ExecutionCancelledError(f'tool call "{execution.name}" ({execution.call_id}) was cancelled')
                 if outcome.kind == "need_plan":  # that executor has not cached this plan: send it the ref
                     box = ticket.plan_box
                     continue
@@ -188,7 +215,7 @@ class Dispatcher:
                 attempt, ticket, box, executor = attempt + 1, None, None, here or await self._pool.pick()
         except asyncio.CancelledError:
             if cancel_box:
-                cancel_task(cancel_box[0])  # the awaiting task was cancelled: stop the call too
+                cancel_call(cancel_box[0])  # the awaiting task was cancelled: stop the call too
             raise
         except Exception as exc:
             what = f'tool call "{execution.name}" ({execution.call_id})'
@@ -203,6 +230,14 @@ class Dispatcher:
         cancelled. Observers still hear it once; the caller still gets exactly one result."""
         plan = await fetch_plan(ticket) if ticket is not None else None
         return finish(execution, failure, plan)
+
+
+def cancel_call(handle: Any) -> None:
+    """Stop a call sent by :meth:`Dispatcher.run` (what it put in ``cancel_box``), from any thread."""
+    if isinstance(handle, SentCall):
+        handle.cancel()
+    else:
+        cancel_task(handle)
 
 
 _DISPATCHERS: dict[int, Dispatcher] = {}

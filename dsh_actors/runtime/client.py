@@ -26,9 +26,8 @@ from ..core.errors import DefinitionError, RestrictionError
 from ..core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, call_fields, check_guard, check_listener, \
     execution_mode, snapshot_definition
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
-from .calls import CallInput, create, dispatcher
+from .calls import CallInput, cancel_call, create, dispatcher
 from .errors import RAY_ERROR, RegistryUnavailableError
-from .executor import cancel_task
 from .link import RegistryLink, link
 from .local import ensure_ray
 from .registry_actor import REGISTRY_OPTIONS, RegistryActor
@@ -309,7 +308,7 @@ class ToolRegistry(_Registrar):
 
         def cancel() -> None:
             if cancel_box:
-                cancel_task(cancel_box[0])
+                cancel_call(cancel_box[0])
 
         return Response(lambda: dispatcher(self._link).run(execution, failure, cancel_box), on_cancel=cancel)
 

@@ -1,10 +1,12 @@
 """Executor actors: every call's pipeline is an actor task on an async executor.
 
 A registry keeps a small pool of executor actors (``num_cpus=0``, spread over the nodes).
-A call is one actor task there: the whole pipeline — gates, policy-actor awaits, approval
-waits, post-execute, observers — is a coroutine on the executor's event loop, so a call
-that waits costs a coroutine, never a CPU slot or a process. The tool body runs where
-it belongs:
+A call is one actor task there (:meth:`ExecutorCore.execute`), or one of a batch that
+shares an actor task (:meth:`~ExecutorCore.execute_batch`, its outcomes handed over by
+:meth:`~ExecutorCore.collect`; see ``batches``): the whole pipeline — gates, policy-actor
+awaits, approval waits, post-execute, observers — is a coroutine on the executor's event
+loop, so a call that waits costs a coroutine, never a CPU slot or a process. The tool
+body runs where it belongs:
 
 - an ``async def`` body: a coroutine in the executor;
 - a plain (synchronous) body: the executor's bounded thread pool, never on its loop
@@ -36,6 +38,7 @@ from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
+from .batches import Item, Mailboxes
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
@@ -259,6 +262,7 @@ class ExecutorCore:
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._hub: Any = None
+        self._mail = Mailboxes()
 
     def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
@@ -302,6 +306,22 @@ class ExecutorCore:
         finally:
             if stop is not None:
                 stop()
+
+    async def execute_batch(self, client: str, items: list[Item]) -> str:
+        """Start a batch of ``client``'s calls (see ``batches``): each runs as
+        :meth:`execute` would run it, and its outcome waits for ``client``'s next
+        :meth:`collect`. Answers this executor process's incarnation."""
+        return self._mail.start(client, [(key, self.execute(envelope, plan_box, hub))
+                                         for key, envelope, plan_box, hub in items])
+
+    async def collect(self, client: str, incarnation: str, wait_s: float) -> list[tuple[int, bytes]] | None:
+        """``client``'s batched outcomes, once any is ready (``None``: ``incarnation`` is
+        not this process — its calls died with an earlier one)."""
+        return await self._mail.collect(client, incarnation, wait_s)
+
+    async def cancel_batched(self, client: str, keys: list[int]) -> None:
+        """Cancel batched calls of ``client`` (each then answers *cancelled*)."""
+        self._mail.cancel(client, keys)
 
     async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code

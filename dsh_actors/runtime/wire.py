@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import msgpack
 import ray
@@ -142,9 +142,10 @@ def unpack_execution(call: dict[str, Any], signal: AbortSignal | None) -> ToolEx
 
 # --- the task outcome ----------------------------------------------------------------------------
 
-_RESULT, _STALE, _NEED_PLAN = b"R", b"S", b"P"
-_KINDS: dict[bytes, Literal["result", "stale", "need_plan"]] = {
-    _RESULT: "result", _STALE: "stale", _NEED_PLAN: "need_plan"}
+_RESULT, _STALE, _NEED_PLAN, _CANCELLED, _FAILED = b"R", b"S", b"P", b"C", b"F"
+OutcomeKind = Literal["result", "stale", "need_plan", "cancelled", "failed"]
+_KINDS: dict[bytes, OutcomeKind] = {
+    _RESULT: "result", _STALE: "stale", _NEED_PLAN: "need_plan", _CANCELLED: "cancelled", _FAILED: "failed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,19 +155,29 @@ class Outcome:
     ``result``: the call ran; ``value`` is its final result. ``stale``: the ticket is
     older than the registry, nothing ran (the client resubmits with a fresh plan).
     ``need_plan``: the executor has not cached the plan, nothing ran (the client
-    resubmits with the plan's ref).
+    resubmits with the plan's ref). For a batched call (see ``batches``), which has no
+    actor task of its own to raise through: ``cancelled`` (it was cancelled before it
+    finished) and ``failed`` (it stopped before its pipeline could finish it;
+    ``failure`` is the error result, for the caller to finish it with).
     """
 
-    kind: Literal["result", "stale", "need_plan"]
+    kind: OutcomeKind
     value: ToolExecutionResult | None = None
+    failure: Mapping[str, Any] | None = None
 
     STALE = _STALE
     NEED_PLAN = _NEED_PLAN
+    CANCELLED = _CANCELLED
 
     @staticmethod
     def result(result: ToolExecutionResult) -> bytes:
         """The wire form of a final result (already lossless and frozen: packed as is)."""
         return _RESULT + msgpack.packb(result)
+
+    @staticmethod
+    def failed(failure: Mapping[str, Any]) -> bytes:
+        """The wire form of a call that stopped before its pipeline finished it."""
+        return _FAILED + msgpack.packb(failure)
 
     @classmethod
     def read(cls, raw: bytes) -> "Outcome":
@@ -174,6 +185,8 @@ class Outcome:
         kind = _KINDS.get(tag)
         if kind is None:
             raise ValueError(f"not an executor outcome (tag {tag!r})")
+        if kind == "failed":
+            return cls(kind, failure=msgpack.unpackb(memoryview(raw)[1:]))
         if kind != "result":
             return cls(kind)
         # Decoded straight into frozen containers: the result is frozen once, where it was made.

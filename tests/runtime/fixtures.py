@@ -137,3 +137,21 @@ class SharedPolicy:
 
     def redact(self, execution, result, call_next):
         return redact_fn(execution, result, call_next)
+
+
+def hanging_registry(registry):
+    """Register ``hangs`` (reports its process id, then waits ten minutes), ``echo`` and a
+    ``tools/result`` observer on ``registry``; returns the recorders ``(started, observed)``."""
+    import asyncio
+
+    started, observed = Recorder.remote(), Recorder.remote()
+
+    async def hangs(args, ctx):
+        started.add.remote(os.getpid())
+        await asyncio.sleep(600)
+        return [text_block("never")]
+
+    registry.register(define_tool(name="hangs", description="waits", parameters={}, execute=hangs)).result(120)
+    registry.register(echo()).result(120)
+    registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(120)
+    return started, observed

@@ -12,7 +12,7 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, echo
+from .fixtures import Recorder, echo, hanging_registry
 
 T = 120
 
@@ -84,17 +84,7 @@ def test_a_plain_body_runs_off_the_loop_so_other_calls_on_the_same_executor_go_o
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_an_executor_killed_mid_call_gives_one_coded_result_and_the_pool_heals(registry, kill):
-    started = Recorder.remote()
-
-    async def hangs(args, ctx):
-        started.add.remote(os.getpid())
-        await asyncio.sleep(600)
-        return [text_block("never")]
-
-    registry.register(define_tool(name="hangs", description="waits", parameters={}, execute=hangs)).result(T)
-    registry.register(echo()).result(T)
-    observed = Recorder.remote()
-    registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
+    started, observed = hanging_registry(registry)
 
     async def scenario():
         call = asyncio.ensure_future(registry.execute(call_id="victim", name="hangs", arguments={}))

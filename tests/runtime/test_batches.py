@@ -1,0 +1,236 @@
+"""Call batches without Ray: the caller's lanes against an executor's mailboxes, through a
+fake actor whose methods answer like Ray's (``.remote()`` gives an awaitable ref)."""
+
+import asyncio
+import concurrent.futures
+
+import pytest
+
+from dsh_actors.core.types import ToolExecutionResult
+from dsh_actors.runtime.batches import Lanes, Mailboxes
+from dsh_actors.runtime.wire import Outcome
+
+
+class Ref:
+    """What ``method.remote()`` returns: awaitable, and ``future()`` as a Ray ref has."""
+
+    def __init__(self, coroutine):
+        self._task = asyncio.ensure_future(coroutine)
+
+    def __await__(self):
+        return self._task.__await__()
+
+    def future(self):
+        done = concurrent.futures.Future()
+
+        def copy(task):
+            if task.cancelled():
+                done.cancel()
+            elif task.exception() is not None:
+                done.set_exception(task.exception())
+            else:
+                done.set_result(task.result())
+        self._task.add_done_callback(copy)
+        return done
+
+
+class Method:
+    def __init__(self, executor, name):
+        self._executor, self._name = executor, name
+
+    def remote(self, *args):
+        self._executor.sent.append(self._name)
+        return Ref(self._executor.answer(self._name, args))
+
+
+class FakeExecutor:
+    """An executor process: ``execute`` runs an envelope (``b"<seconds>:<text>"``, or a
+    gate name to wait for), the batch methods go through a real :class:`Mailboxes`.
+    ``restart()`` is a new process (new incarnation, nothing pending); ``dead`` makes
+    every method raise as a dead actor's would."""
+
+    _actor_id = "fake-executor"
+
+    def __init__(self):
+        self.mail = Mailboxes()
+        self.sent: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.dead: BaseException | None = None
+        for name in ("execute", "execute_batch", "collect", "cancel_batched"):
+            setattr(self, name, Method(self, name))
+
+    def restart(self):
+        self.mail = Mailboxes()
+
+    @staticmethod
+    def wake_collect(mail, client):
+        """Make a collect waiting on ``mail`` answer now (with whatever is ready)."""
+        mail._boxes[client].woken.set()
+
+    async def run(self, envelope, *_):
+        seconds, text = envelope.decode().split(":", 1)
+        if seconds == "gate":
+            await self.gates.setdefault(text, asyncio.Event()).wait()
+        else:
+            await asyncio.sleep(float(seconds))
+        if text == "raise":
+            raise RuntimeError("the plan could not be read")
+        return Outcome.result(ToolExecutionResult({"content": [{"type": "text", "text": text}], "is_error": False}))
+
+    async def answer(self, name, args):
+        await asyncio.sleep(0)  # a hop
+        if self.dead is not None:
+            raise self.dead
+        if name == "execute":
+            return await self.run(*args)
+        if name == "execute_batch":
+            client, items = args
+            return self.mail.start(client, [(key, self.run(envelope)) for key, envelope, _, _ in items])
+        if name == "collect":
+            return await self.mail.collect(*args)
+        return self.mail.cancel(*args)
+
+
+def text(raw):
+    outcome = Outcome.read(raw)
+    return outcome.value.text if outcome.value is not None else outcome.kind
+
+
+def test_a_lone_call_is_its_own_task_and_calls_made_meanwhile_share_one_batch():
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        alone = await lanes.send(executor, b"0:alone")
+        calls = [lanes.send(executor, f"0.01:call {i}".encode()) for i in range(20)]
+        return text(alone), [text(await c) for c in calls], executor.sent
+
+    alone, texts, sent = asyncio.run(scenario())
+    assert alone == "alone"
+    assert texts == [f"call {i}" for i in range(20)]  # each caller got its own result
+    # the first of the twenty went alone (the lane was idle), the other 19 in one batch
+    assert sent[:3] == ["execute", "execute", "execute_batch"] and sent.count("execute_batch") == 1
+
+
+def test_a_slow_call_never_holds_the_fast_calls_batched_beside_it():
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        first = lanes.send(executor, b"0:first")
+        slow = lanes.send(executor, b"gate:slow")
+        fast = [lanes.send(executor, f"0:fast {i}".encode()) for i in range(5)]
+        texts = [text(await asyncio.wait_for(asyncio.shield(c.future), 5)) for c in [first, *fast]]
+        still_waiting = not slow.future.done()
+        executor.gates["slow"].set()
+        return texts, still_waiting, text(await slow)
+
+    texts, still_waiting, slow = asyncio.run(scenario())
+    assert texts == ["first", *(f"fast {i}" for i in range(5))] and still_waiting and slow == "slow"
+
+
+def test_cancelling_a_queued_or_a_batched_call_answers_cancelled_and_leaves_the_others():
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        lanes.send(executor, b"0:first")
+        queued = lanes.send(executor, b"gate:queued")
+        queued.cancel()  # before the loop turn ends: it never leaves
+        batched, kept = lanes.send(executor, b"gate:batched"), lanes.send(executor, b"0:kept")
+        await asyncio.sleep(0.05)  # the batch went
+        batched.cancel()
+        return text(await queued), text(await batched), text(await kept), executor.sent.count("cancel_batched")
+
+    assert asyncio.run(scenario()) == ("cancelled", "cancelled", "kept", 1)
+
+
+def test_calls_pending_on_an_executor_that_restarted_fail_and_later_calls_are_served():
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        lanes.send(executor, b"0:first")
+        pending = [lanes.send(executor, f"gate:p{i}".encode()) for i in range(3)]
+        await asyncio.sleep(0.05)  # batched and started: a collect waits on the old process
+        old = executor.mail
+        executor.restart()  # a new process, which never saw them
+        executor.wake_collect(old, lanes.client)  # the old collect answers empty; the next reaches the new one
+        outcomes = await asyncio.gather(*(asyncio.wait_for(c.future, 5) for c in pending), return_exceptions=True)
+        later = [lanes.send(executor, f"0:later {i}".encode()) for i in range(3)]
+        return [type(o).__name__ for o in outcomes], [text(await c) for c in later]
+
+    failures, later = asyncio.run(scenario())
+    assert failures == ["WorkerCrashedError"] * 3  # not left waiting for answers no one will send
+    assert later == ["later 0", "later 1", "later 2"]
+
+
+def test_a_collect_that_fails_fails_every_call_waiting_on_it_with_that_error():
+    class Gone(Exception):
+        pass
+
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        lanes.send(executor, b"0:first")
+        pending = [lanes.send(executor, f"gate:p{i}".encode()) for i in range(4)]
+        await asyncio.sleep(0.05)
+        executor.dead = Gone("the actor died")
+        executor.wake_collect(executor.mail, lanes.client)  # the next collect raises
+        outcomes = await asyncio.gather(*(asyncio.wait_for(c.future, 5) for c in pending), return_exceptions=True)
+        return [type(o).__name__ for o in outcomes]
+
+    assert asyncio.run(scenario()) == ["Gone"] * 4
+
+
+def test_a_batch_that_cannot_start_fails_its_calls_at_once():
+    class Gone(Exception):
+        pass
+
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        lanes.send(executor, b"gate:first")  # in flight alone: what follows is batched
+        executor.dead = Gone("restarting")
+        batched = [lanes.send(executor, b"0:never") for _ in range(3)]
+        results = await asyncio.gather(*(asyncio.wait_for(c.future, 5) for c in batched), return_exceptions=True)
+        return [type(r).__name__ for r in results], executor.sent
+
+    names, sent = asyncio.run(scenario())
+    assert names == ["Gone"] * 3 and sent == ["execute", "execute_batch"]
+
+
+def test_mailboxes_answer_a_failure_as_an_error_result_and_another_incarnation_with_none():
+    async def scenario():
+        mail = Mailboxes()
+        executor = FakeExecutor()
+        mail.start("client", [(1, executor.run(b"0:raise")), (2, executor.run(b"0:fine"))])
+        got = []
+        while len(got) < 2:
+            got += await mail.collect("client", mail.incarnation, 5)
+        return dict(got), await mail.collect("client", "another process", 5)
+
+    got, other = asyncio.run(scenario())
+    failed = Outcome.read(got[1])
+    assert failed.kind == "failed" and failed.failure["is_error"] is True
+    assert "the plan could not be read" in failed.failure["content"][0]["text"]
+    assert text(got[2]) == "fine" and other is None
+
+
+def test_mailboxes_drop_what_a_caller_that_stopped_collecting_left_behind():
+    now = [0.0]
+
+    async def scenario():
+        mail = Mailboxes(keep_s=60, clock=lambda: now[0])
+        executor = FakeExecutor()
+        mail.start("gone", [(1, executor.run(b"0:left"))])
+        await asyncio.sleep(0.02)  # finished; nobody collects
+        now[0] = 59.0
+        mail.start("live", [(1, executor.run(b"0:x"))])
+        kept = len(mail)
+        now[0] = 120.0
+        await mail.collect("live", mail.incarnation, 1)  # the live caller collects
+        mail.start("live", [(2, executor.run(b"0:y"))])  # a sweep runs on the next start
+        return kept, len(mail)
+
+    kept, after = asyncio.run(scenario())
+    assert kept == 2 and after == 1  # the caller that stopped collecting is forgotten
+
+
+@pytest.mark.parametrize("wait_s", [0.05])
+def test_a_collect_with_nothing_ready_answers_empty_after_its_wait(wait_s):
+    async def scenario():
+        mail = Mailboxes()
+        return await mail.collect("client", mail.incarnation, wait_s)
+
+    assert asyncio.run(scenario()) == []
