@@ -16,9 +16,14 @@ def write_section(name: str, title: str, body: str) -> None:
     section = (f"{start}\n## {title}\n\n_{stamp}; {platform.python_implementation()} "
                f"{platform.python_version()}; {platform.machine()}_\n\n{body.strip()}\n{end}")
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by the scripts in this folder; each section is replaced when its script runs.\n"
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
-    RESULTS.write_text(text)
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end) + "\n*", re.S)
+    found = pattern.search(text)
+    if found is None:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    else:  # the first copy is replaced; any later copy (a merge's leftover) is dropped
+        rest = pattern.sub("", text[found.end():])
+        text = text[:found.start()] + section + "\n\n" + rest
+    RESULTS.write_text(text.rstrip() + "\n")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
