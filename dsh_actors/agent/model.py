@@ -6,6 +6,15 @@ answers with backoff (honouring ``Retry-After``), and times requests out — non
 is worth writing again over a bare HTTP client. This module adds what a batch needs: a
 concurrency limit shared by the job, token and time accounting per turn, and the
 translation between the session log's messages and the protocol's.
+
+Two choices keep the client's own CPU small, since a batch job runs hundreds of agent
+loops in one process (measured: 2,000 requests at 200 at once against a local server,
+CPU per request in the client): the package's aiohttp transport, and the request sent
+through the client's documented ``post`` for requests it does not model — the body is
+already plain JSON, and the typed ``create`` walks every message and tool schema again on
+every request. Retries, timeouts, errors and the parsed ``ChatCompletion`` are the
+package's either way. 6.1–6.8 ms per request with ``create`` on the default transport,
+1.85 ms this way.
 """
 
 from __future__ import annotations
@@ -108,10 +117,13 @@ class ChatModel:
     def __init__(self, config: ModelConfig) -> None:
         import openai  # imported here: only model-driven episodes need it
 
+        from openai.types.chat import ChatCompletion
+
         self.config = config
         self._client = openai.AsyncOpenAI(
             base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "unused",
-            max_retries=config.max_retries, timeout=config.timeout_s)
+            max_retries=config.max_retries, timeout=config.timeout_s, http_client=openai.DefaultAioHttpClient())
+        self._completion = ChatCompletion
         self._errors = (openai.APIError,)
         self._gate: asyncio.Semaphore | None = None
 
@@ -120,18 +132,17 @@ class ChatModel:
         """Ask the model for its next turn; :class:`ModelError` once its retries are spent."""
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.config.concurrency)
-        options: dict[str, Any] = {}
+        body: dict[str, Any] = {"model": self.config.model, "messages": to_chat_messages(system, messages)}
         if self.config.temperature is not None:
-            options["temperature"] = self.config.temperature
+            body["temperature"] = self.config.temperature
         if self.config.seed is not None:
-            options["seed"] = self.config.seed
+            body["seed"] = self.config.seed
         if tools:
-            options["tools"] = to_chat_tools(tools)
+            body["tools"] = to_chat_tools(tools)
         async with self._gate:
             started = time.perf_counter()
             try:
-                response = await self._client.chat.completions.create(
-                    model=self.config.model, messages=to_chat_messages(system, messages), **options)  # type: ignore[arg-type]
+                response = await self._client.post("/chat/completions", cast_to=self._completion, body=body)
             except self._errors as exc:
                 raise ModelError(f"the model endpoint {self.config.base_url} failed: {exc}") from None
             seconds = time.perf_counter() - started
