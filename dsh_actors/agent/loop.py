@@ -81,6 +81,7 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
 
     outcome = AgentOutcome()
     started = time.monotonic()
+    events: list[Any] = []  # the session log as read so far (only new events are fetched each turn)
     for text in _task_messages(task):
         await session.append({"type": "user/message", "content": text})
     while True:
@@ -96,7 +97,8 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
         if budgets.max_wall_s is not None and time.monotonic() - started >= budgets.max_wall_s:
             outcome.stop = "max_wall"
             return outcome
-        history = derive_messages(await session.events())
+        events += await session.events(len(events))  # what was logged since the last turn
+        history = derive_messages(events)
         try:
             turn = await model.complete(system, history, tools)
         except ModelError as exc:

@@ -154,9 +154,9 @@ class Dispatcher:
         while the version subscription vouches for it (else asked for again), and the plan
         itself fetched once per plan — not its definitions shipped on every read.
         ``None`` when the plan object is lost."""
-        ticket = await self._plans.ticket(agent)
-        if not self._plans.current(ticket):
-            ticket = await self._plans.ticket(agent, refresh=True)
+        ticket = self._plans.cached(agent)
+        if ticket is None or not self._plans.current(ticket):
+            ticket = await self._plans.ticket(agent, refresh=True)  # fetched now: as current as any
         return await fetch_plan(ticket)
 
     async def execute(self, source: Mapping[str, Any], cancel_box: list[Any]) -> ToolExecutionResult:

@@ -430,8 +430,7 @@ class AgentScope(_Registrar):
         """Dispose everything this scope registered and release its actor; the agent id
         can be used again (a new, empty scope)."""
         async def run() -> None:
-            await self._call("close")
-            await self._link.call("drop_scope", self.agent_id)
+            await self._link.call("drop_scope", self.agent_id)  # closes it on its host, then forgets it
             self._link.forget_scope(self.agent_id)
         return Response(run)
 

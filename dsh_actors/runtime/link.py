@@ -9,6 +9,7 @@ registry from its agents' journals; the signal hub is asked of the registry agai
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -39,6 +40,7 @@ class RegistryLink:
         self._scopes: dict[str, Any] = {}  # dedicated hosting: agent -> its host
         self._hosts: list[Any] | None = None  # shared hosting's hosts ([]: dedicated hosting)
         self._hub: Any = None
+        self._asking_hosts: tuple[int, Any] | None = None  # (incarnation, the scope_hosts call in flight)
         self._lock = threading.Lock()
 
     def adopt(self, handle: Any) -> None:
@@ -83,9 +85,9 @@ class RegistryLink:
         """The host of ``agent``'s scope (made on first use; one seen dead is replaced).
         With shared hosting the agent is hashed onto the registry's hosts here, so a new
         scope costs no registry call."""
-        if self._hosts is None:
-            self._hosts = list(await self.call("scope_hosts"))
         hosts = self._hosts
+        if hosts is None:
+            hosts = await self._scope_hosts()
         if hosts:
             index = host_index(agent, len(hosts))
             if _dead(hosts[index]):
@@ -97,6 +99,24 @@ class RegistryLink:
             handle = await self.call("ensure_scope", agent, dead)
             self._scopes[agent] = handle
         return handle
+
+    async def _scope_hosts(self) -> list[Any]:
+        """The registry's scope hosts, asked once however many scopes start at the same
+        moment ([] with dedicated hosting); asked again after a registry change."""
+        incarnation = self.incarnation
+        found = self._asking_hosts
+        if found is not None and found[0] == incarnation and found[1].get_loop() is asyncio.get_running_loop():
+            asking = found
+        else:
+            asking = self._asking_hosts = (incarnation, asyncio.ensure_future(self.call("scope_hosts")))
+        try:
+            hosts = list(await asyncio.shield(asking[1]))
+        finally:
+            if self._asking_hosts is asking and asking[1].done():
+                self._asking_hosts = None
+        if self.incarnation == incarnation:
+            self._hosts = hosts
+        return hosts
 
     async def call_scope(self, agent: str, method: str, *args: Any) -> Any:
         """Await one method of ``agent``'s scope (every host method names the agent)."""

@@ -66,6 +66,12 @@ class Subscription:
             return False
         return version == self.known and time.monotonic() < self._valid_until
 
+    def vouched(self) -> int | None:
+        """The version this process knows under a live lease (no change has returned
+        since), else ``None``."""
+        known = self.known
+        return known if self.current(known) else None
+
     def _start(self) -> None:
         with self._lock:
             if self._started:
@@ -113,11 +119,16 @@ class PlanCache:
         """Whether a call may skip the version check for ``ticket``."""
         return self.subscription.current(ticket.version)
 
-    async def ticket(self, agent: str | None, *, refresh: bool = False) -> PlanTicket:
+    def cached(self, agent: str | None) -> PlanTicket | None:
+        """``agent``'s ticket if one is cached for the current registry (never fetches)."""
         if self._incarnation != self._link.incarnation:  # a new registry: nothing cached holds
             self._tickets.clear()
             self._incarnation = self._link.incarnation
-        ticket = None if refresh else self._tickets.get(agent)
+        return self._tickets.get(agent)
+
+    async def ticket(self, agent: str | None, *, refresh: bool = False) -> PlanTicket:
+        cached = self.cached(agent)
+        ticket = None if refresh else cached
         if ticket is None:
             ticket = await (self._link.call("plan") if agent is None else self._scope_ticket(agent))
             self._tickets[agent] = ticket
@@ -127,7 +138,7 @@ class PlanCache:
         for last_try in (False, True):
             handle = await self._link.scope(agent)
             try:
-                return await self._link.call_scope(agent, "plan")  # type: ignore[no-any-return]
+                return await self._link.call_scope(agent, "plan", self.subscription.vouched())  # type: ignore[no-any-return]
             except ScopeUnavailableError:
                 # A scope seen dead is replaced from its journal by the next scope();
                 # asking for a plan runs nothing, so asking again is safe.

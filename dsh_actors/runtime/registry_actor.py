@@ -364,17 +364,19 @@ class RegistryActor:
         return handle
 
     async def drop_scope(self, agent: str) -> None:
-        """A closed scope: release its host (dedicated) or its place in one (shared), and
-        everything kept for it."""
+        """Close ``agent``'s scope: dispose everything it registered, then release its host
+        (dedicated) or its place in one (shared), and everything kept for it."""
         changed = bool(self._journals.pop(agent, None))
         handle = self._scopes.pop(agent, None)
+        host = handle if handle is not None else (
+            self._hosts[host_index(agent, len(self._hosts))] if self._hosts else None)
+        if host is not None:
+            try:
+                await host.close.remote(agent, forget=True)
+            except RAY_ERROR:
+                pass  # the host died: nothing of the scope is left there, and its journal is gone
         if handle is not None:
             release(handle)
-        elif self._hosts:
-            try:
-                await self._hosts[host_index(agent, len(self._hosts))].forget.remote(agent)
-            except RAY_ERROR:
-                pass  # the host died: its successor starts without this agent's journal
         if changed:  # a scope that never changed anything changes no plan when it goes
             await self._settled(self._core.bump())
 

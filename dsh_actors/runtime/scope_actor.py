@@ -128,7 +128,7 @@ class _Scope:
 class ScopeHost:
     """Hosts agent scopes: one agent's (``dedicated`` hosting) or every agent hashed to it
     (``shared``). Each scope keeps its own state, its changes applied in order under its
-    own lock, its own lifetime (:meth:`close`, then :meth:`forget`). A scope is made on
+    own lock, its own lifetime (:meth:`close`, which forgets it too when the registry closes it). A scope is made on
     its agent's first request, from the journal the registry handed this host (a
     replacement host gets its agents' journals). Async, so plan requests never queue
     behind a change; every method names the agent it serves."""
@@ -151,9 +151,13 @@ class ScopeHost:
         _, base, _ = await self._base_plan()
         return tuple(base.reserved)
 
-    async def _base_plan(self) -> tuple[int, ExecutionPlan, Chains]:
+    async def _base_plan(self, known: int | None = None) -> tuple[int, ExecutionPlan, Chains]:
         # Every change (any scope's included) moves the registry's version: it alone says
-        # whether anything cached here is current.
+        # whether anything cached here is current. A caller whose lease on the version is
+        # live passes the version it knows (``known``): no change has returned since, so a base
+        # of that version is current without asking the registry.
+        if known is not None and self._base is not None and self._base[0] == known:
+            return self._base
         version = await self._registry.version.remote()
         if self._base is None or self._base[0] != version:
             self._base = await self._registry.base_plan.remote()
@@ -201,12 +205,15 @@ class ScopeHost:
                 await self._registry.journal_drop.remote(agent, reg_id)
                 await self._registry.bump.remote()
 
-    async def close(self, agent: str) -> None:
-        """Dispose everything ``agent``'s scope registered; the registry then releases it."""
+    async def close(self, agent: str, forget: bool = False) -> None:
+        """Dispose everything ``agent``'s scope registered (the registry closes scopes);
+        with ``forget``, drop the closed scope too: its id serves a new, empty scope."""
         scope = self._scope(agent)
         async with scope.lock:
             scope.core.dispose_all()
             scope.closed = True
+        if forget:
+            self.forget(agent)
 
     def forget(self, agent: str) -> None:
         """Drop ``agent``'s (closed) scope: its id serves a new, empty scope from now on."""
@@ -219,10 +226,12 @@ class ScopeHost:
         version, base, chains = await self._base_plan()
         return version, compose_plan(base, chains, self._scope(agent).core.layer)
 
-    async def plan(self, agent: str) -> PlanTicket:
+    async def plan(self, agent: str, known: int | None = None) -> PlanTicket:
+        """``agent``'s plan ticket; ``known``: the registry version the caller holds a live
+        lease on, if any (see :meth:`_base_plan`)."""
         scope = self._scope(agent)
         async with scope.lock:
-            version, base, chains = await self._base_plan()
+            version, base, chains = await self._base_plan(known)
             if scope.core.layer.empty:  # its plan is the base plan: one ticket for all such scopes
                 if self._base_ticket is None or self._base_ticket.version != version:
                     self._base_ticket = PlanTicket.of(version, base)

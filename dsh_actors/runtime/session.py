@@ -209,17 +209,17 @@ class SessionWriter:
         finally:
             self._committing = False
 
-    def events(self, session_id: str, since: int = 0) -> list[dict[str, Any]]:
-        return self._core.file(session_id).records(since)
+    # Reads answer ``None`` for a session this writer does not have open (it restarted
+    # since): the client opens it again and asks once more, so a read is one call.
 
-    def derive_messages(self, session_id: str) -> list[dict[str, Any]]:
-        return derive_messages(self._core.file(session_id).records())
+    def events(self, session_id: str, since: int = 0) -> list[dict[str, Any]] | None:
+        return self._core.file(session_id).records(since) if self._core.is_open(session_id) else None
 
-    def info(self, session_id: str) -> dict[str, Any]:
-        return self._core.info(session_id)
+    def derive_messages(self, session_id: str) -> list[dict[str, Any]] | None:
+        return derive_messages(self._core.file(session_id).records()) if self._core.is_open(session_id) else None
 
-    def is_open(self, session_id: str) -> bool:
-        return self._core.is_open(session_id)
+    def info(self, session_id: str) -> dict[str, Any] | None:
+        return self._core.info(session_id) if self._core.is_open(session_id) else None
 
     async def close(self, session_id: str) -> None:
         await self._in_thread(self._core.close, session_id)
@@ -376,7 +376,7 @@ class SessionLog:
         """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
         log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
         await log._resent(log._open_on)
-        return log._published()
+        return await asyncio.to_thread(log._published)  # a KV write: a GCS round trip off the loop
 
     async def _resent(self, send: Callable[[Any], Awaitable[Any]]) -> Any:
         """``send(writer)``, sent again while Ray restarts the writer (or after one dead
@@ -432,9 +432,11 @@ class SessionLog:
     async def _writer_call(self, method: str, *args: Any) -> Any:
         """A read on the writer (opening the session there again if it restarted)."""
         async def send(handle: Any) -> Any:
-            if not await handle.is_open.remote(self._key):  # a restarted writer forgot it: open it again
+            answer = await getattr(handle, method).remote(self._key, *args)
+            if answer is None:  # a restarted writer forgot the session: open it again, ask again
                 await self._open_on(handle)
-            return await getattr(handle, method).remote(self._key, *args)
+                answer = await getattr(handle, method).remote(self._key, *args)
+            return answer
         return await self._resent(send)
 
     async def _append(self, events: list[Any]) -> list[int]:
@@ -479,7 +481,8 @@ class SessionLog:
         """Close the session (its file is closed once no other session shares it) and
         forget where it was open."""
         async def run() -> None:
-            internal_kv._internal_kv_del(_kv_key(self.namespace, self._key), namespace=_KV_NAMESPACE)
+            await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
+                                    namespace=_KV_NAMESPACE)
             handle = self._handle()
             try:
                 await handle.close.remote(self._key)
