@@ -47,9 +47,10 @@ from .wire import DEFAULT_NAMESPACE
 
 __all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterCore"]
 
-SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
+SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0, "lifetime": "detached"}
 """Options of a node's session writer: restarted by Ray (its files are durable); an
-append it was running is never retried."""
+append it was running is never retried. Detached: whichever process happens to make it,
+it serves every process on its node and must not end with that one."""
 
 _KV_NAMESPACE = "dsh_actors"
 _WRITER_TRIES, _WRITER_PAUSE_S = 120, 0.25  # up to 30 s for Ray to restart a writer

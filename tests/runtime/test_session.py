@@ -124,3 +124,47 @@ def test_fifty_agents_appending_at_once_each_get_their_own_file_in_order(ray_clu
             assert len(on_disk.records()) == 10
     for log in logs:
         log.close().result(T)
+
+
+CREATOR = """
+import sys
+import ray
+from dsh_actors.runtime.session import SessionLog
+
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+log = SessionLog.open("creator", sys.argv[3], namespace=sys.argv[2])  # makes the node's writer
+log.append({"type": "turn/start"}).result(60)
+print("opened", flush=True)
+sys.stdin.readline()  # until the test says go: then this driver ends
+"""
+
+
+def test_the_nodes_writer_outlives_the_driver_that_made_it(ray_cluster, tmp_path):
+    """Two drivers share a node's writer; the one that happened to make it ends while the
+    other still appends (a batch job finishing beside another)."""
+    import subprocess
+    import sys
+
+    namespace = f"writer-owner-{time.monotonic_ns()}"  # a writer no earlier test made
+    creator = subprocess.Popen([sys.executable, "-c", CREATOR, ray_cluster["cluster"].address, namespace,
+                                str(tmp_path / "creator.log")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert creator.stdout.readline().strip() == "opened"
+        log = SessionLog.open("survivor", str(tmp_path / "survivor.log"), namespace=namespace)
+        assert log.append({"type": "turn/start"}).result(T) == 0
+        writer = log._handle()
+        pid = ray.get(writer.__ray_call__.remote(lambda self: __import__("os").getpid()), timeout=T)
+        creator.communicate("go\n", timeout=T)
+        assert creator.returncode == 0
+        time.sleep(2)  # Ray ends what a dead driver owned within about a second
+        assert [log.append({"type": "turn/end"}).result(T) for _ in range(3)] == [1, 2, 3]
+        assert ray.get(writer.__ray_call__.remote(lambda self: __import__("os").getpid()), timeout=T) == pid
+        log.close().result(T)
+    finally:
+        creator.kill()
+        try:  # a detached writer lives until killed: end this namespace's one
+            ray.kill(ray.get_actor(f"dsh-session-writer:{ray.get_runtime_context().get_node_id()}",
+                                   namespace=namespace))
+        except ValueError:
+            pass  # already gone
