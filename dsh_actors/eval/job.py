@@ -165,14 +165,7 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live
     session: SessionLog | None = None
     tools: dict[str, Any] = {}
     try:  # everything, the log and the workspace included: one failing episode never stops the others
-        workspace = out / "workspaces" / episode.agent_id
-        shutil.rmtree(workspace, ignore_errors=True)
-        shutil.copytree(_example_workspace(), workspace)
-        log_path = out / "logs" / f"{episode.id}.log"
-        if log_path.exists() or log_path.is_symlink():
-            if not log_path.is_file() or log_path.is_symlink():
-                raise RunFolderError(f"{log_path} is in the way of the episode's log (not a regular file)")
-            log_path.unlink()  # a log from an unfinished run: this run starts it again
+        log_path = await asyncio.to_thread(_fresh_files, episode, out)  # file work off the event loop
         session = await SessionLog.open_async(episode.agent_id, str(log_path))
         if episode.scope.restrict is not None:
             await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
@@ -208,6 +201,20 @@ async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live
         if session is not None:
             await session.close()
     return report
+
+
+def _fresh_files(episode: Episode, out: Path) -> Path:
+    """The episode's own copy of the workspace, and the path of its log (a log left by an
+    unfinished run is removed: this run starts it again)."""
+    workspace = out / "workspaces" / episode.agent_id
+    shutil.rmtree(workspace, ignore_errors=True)
+    shutil.copytree(_example_workspace(), workspace)
+    log_path = out / "logs" / f"{episode.id}.log"
+    if log_path.exists() or log_path.is_symlink():
+        if not log_path.is_file() or log_path.is_symlink():
+            raise RunFolderError(f"{log_path} is in the way of the episode's log (not a regular file)")
+        log_path.unlink()
+    return log_path
 
 
 async def _scripted(episode: Episode, scope: Any, session: SessionLog, seen: Any) -> None:
@@ -459,7 +466,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
             async with gate:
                 chat = models[configs[episode.id]] if episode.id in configs else None
                 report = await _run_episode(episode, registries[episode.mode], out, live, chat)
-            (out / "reports" / f"{episode.id}.json").write_text(json.dumps(report.to_json()) + "\n")
+            await asyncio.to_thread((out / "reports" / f"{episode.id}.json").write_text,
+                                    json.dumps(report.to_json()) + "\n")
             if report.status != "ok":
                 failures[0] += 1
                 bar.write(f"{episode.id}: {report.status} — {report.message}", file=progress)
