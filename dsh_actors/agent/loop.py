@@ -49,6 +49,10 @@ class AgentOutcome:
     completion_tokens: int = 0
     model_s: float = 0.0
     tool_s: float = 0.0
+    model_turns_s: list[float] = field(default_factory=list)
+    """Each model turn's time, as the client measured it."""
+    tool_steps_s: list[float] = field(default_factory=list)
+    """Each agent step's time (its tool calls, parallel where they may be)."""
     tool_calls: int = 0
     tool_errors: Counter[str] = field(default_factory=Counter)
 
@@ -108,6 +112,7 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
         outcome.prompt_tokens += turn.prompt_tokens
         outcome.completion_tokens += turn.completion_tokens
         outcome.model_s += turn.seconds
+        outcome.model_turns_s.append(turn.seconds)
         calls = [{"call_id": c.id, "name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls]
         await session.append({"type": "assistant/message", "content": turn.content,
                               **({"tool_calls": calls} if calls else {})})
@@ -124,4 +129,6 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
 
         step_started = time.perf_counter()
         await agent_step(scope, session, calls, on_result=seen)
-        outcome.tool_s += time.perf_counter() - step_started
+        step_s = time.perf_counter() - step_started
+        outcome.tool_s += step_s
+        outcome.tool_steps_s.append(step_s)

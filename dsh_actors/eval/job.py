@@ -96,6 +96,8 @@ class EpisodeReport:
     completion_tokens: int = 0
     model_s: float = 0.0
     tool_s: float = 0.0
+    model_turn_ms: list[float] = field(default_factory=list)
+    tool_step_ms: list[float] = field(default_factory=list)
     final: str | None = None
     success: bool | None = None
 
@@ -252,6 +254,8 @@ async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, sess
     report.stop, report.turns = outcome.stop, outcome.turns
     report.prompt_tokens, report.completion_tokens = outcome.prompt_tokens, outcome.completion_tokens
     report.model_s, report.tool_s = round(outcome.model_s, 4), round(outcome.tool_s, 4)
+    report.model_turn_ms = [round(s * 1000, 2) for s in outcome.model_turns_s]
+    report.tool_step_ms = [round(s * 1000, 2) for s in outcome.tool_steps_s]
     report.final = outcome.final
     if episode.scorer is not None:
         report.success = score(episode.scorer, outcome.final)
@@ -301,7 +305,8 @@ def _summary(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds:
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
                          "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors,
                          **({"stop": r.stop, "turns": r.turns, "tokens": r.prompt_tokens + r.completion_tokens,
-                             "model_s": r.model_s, "tool_s": r.tool_s, "success": r.success, "final": r.final}
+                             "model_s": r.model_s, "tool_s": r.tool_s, "model_turn_ms": r.model_turn_ms,
+                             "tool_step_ms": r.tool_step_ms, "success": r.success, "final": r.final}
                             if r.stop is not None else {})}
                         for r in reports],
     }
@@ -323,7 +328,14 @@ def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
                    "completion": sum(r.completion_tokens for r in reports)},
         "model_s": round(model_s, 3), "tool_s": round(tool_s, 3),
         "model_share": round(model_s / (model_s + tool_s), 4) if model_s + tool_s else None,
+        "model_turn_ms": _spread([ms for r in reports for ms in r.model_turn_ms]),
+        "tool_step_ms": _spread([ms for r in reports for ms in r.tool_step_ms]),
     }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": _percentile(values, 50), "p90": _percentile(values, 90), "p99": _percentile(values, 99),
+            "max": round(max(values), 2) if values else None}
 
 
 def _markdown(summary: dict[str, Any]) -> str:
@@ -346,11 +358,15 @@ def _markdown(summary: dict[str, Any]) -> str:
     model = summary.get("model")
     if model:
         rate = "—" if model["success_rate"] is None else f"{model['success_rate'] * 100:.1f}%"
+        turn, step = model["model_turn_ms"], model["tool_step_ms"]
         lines += ["", "| model episodes | success (scored) | turns | prompt tokens | completion tokens | model s | "
                       "tool s | stops |", "|---|---|---|---|---|---|---|---|",
                   f"| {model['episodes']} | {rate} ({model['scored']}) | {model['turns']} | "
                   f"{model['tokens']['prompt']} | {model['tokens']['completion']} | {model['model_s']} | "
-                  f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |"]
+                  f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |",
+                  "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
+                  f"| a model turn | {turn['p50']} | {turn['p90']} | {turn['p99']} | {turn['max']} |",
+                  f"| a step's tool calls | {step['p50']} | {step['p90']} | {step['p99']} | {step['max']} |"]
     if summary["invalid"]:
         lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
     return "\n".join(lines) + "\n"

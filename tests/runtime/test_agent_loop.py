@@ -17,7 +17,7 @@ T = 240
 SCRIPTS = {
     "What is 6*7? Answer with the number.": [
         reply("Let me look.", ("read_file", {"path": "notes.txt"}), ("read_file", '{"path": '), ("teleport", {})),
-        reply("42"),
+        reply("42", delay_s=0.3),
     ],
     "Loop forever.": [reply("", ("read_file", {"path": "notes.txt"}))] * 5,
     "Say ok.": [reply(status=429), reply("ok")],
@@ -63,6 +63,11 @@ def test_task_episodes_run_the_agent_loop_score_and_log_every_turn(ray_cluster, 
     assert model["episodes"] == 3 and model["success_rate"] == round(2 / 3, 4) and model["turns"] == 5
     assert model["tokens"]["prompt"] > 0 and model["tokens"]["completion"] > 0
     assert model["model_s"] > 0 and model["tool_s"] > 0 and model["stops"] == {"final": 2, "max_turns": 1}
+    # Per turn and per step: 5 model turns (the slowest waited 300 ms at the server), 3 steps.
+    assert model["model_turn_ms"]["max"] >= 300 and model["model_turn_ms"]["p50"] < model["model_turn_ms"]["max"]
+    assert 0 < model["tool_step_ms"]["p50"] <= model["tool_step_ms"]["max"]
+    assert len(per["answers"]["model_turn_ms"]) == 2 and len(per["loops"]["tool_step_ms"]) == 2
+    assert "| a model turn |" in (tmp_path / "out" / "summary.md").read_text()
     # The second request of "answers" carries the tool results, matched to the calls' ids.
     answers = [r for r in server.requests if r["messages"][1]["content"].startswith("What is 6*7")]
     assert len(answers) == 2
