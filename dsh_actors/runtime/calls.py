@@ -99,25 +99,24 @@ class ExecutorPool:
         self._incarnation = -1  # of the registry the handles came from
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._next = 0
-        self._turn: list[Any] = [None, 0]  # the executor of this loop turn, calls sent to it
+        self._turn_executor: Any = None  # the executor of this loop turn (None: no turn open)
+        self._turn_calls = 0  # calls sent to it this turn
 
     async def pick(self) -> Any:
         if not self._handles or self._incarnation != self._link.incarnation:
             self._link.actor()
             self._incarnation = self._link.incarnation
             self._handles = list(await self._link.call("executors"))
-        held, count = self._turn
-        if held is not None and count < _TURN_CALLS:
-            self._turn[1] = count + 1
-            return held
-        handle = self._rotate()
-        if held is None:
+        if self._turn_executor is not None and self._turn_calls < _TURN_CALLS:
+            self._turn_calls += 1
+            return self._turn_executor
+        if self._turn_executor is None:  # a new turn: it ends when this loop turn does
             asyncio.get_running_loop().call_soon(self._end_turn)
-        self._turn[:] = [handle, 1]
-        return handle
+        self._turn_executor, self._turn_calls = self._rotate(), 1
+        return self._turn_executor
 
     def _end_turn(self) -> None:
-        self._turn[:] = [None, 0]
+        self._turn_executor, self._turn_calls = None, 0
 
     def _rotate(self) -> Any:
         now = time.monotonic()
@@ -130,7 +129,7 @@ class ExecutorPool:
 
     def failed(self, handle: Any, died: bool) -> None:
         self._sick[handle._actor_id] = time.monotonic() + SICK_S
-        self._turn[:] = [None, 0]
+        self._end_turn()
         if not died:
             return
         self._handles = []

@@ -127,7 +127,7 @@ class PlanCache:
         return self._tickets.get(agent)
 
     async def ticket(self, agent: str | None, *, refresh: bool = False) -> PlanTicket:
-        cached = self.cached(agent)
+        cached = self.cached(agent)  # also drops what an older registry left
         ticket = None if refresh else cached
         if ticket is None:
             ticket = await (self._link.call("plan") if agent is None else self._scope_ticket(agent))

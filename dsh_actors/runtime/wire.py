@@ -6,7 +6,8 @@
   argument per call, carrying the execution the client created (token, identity,
   frozen arguments) — the executor rebuilds it, it never creates it again;
 - the task outcome (:class:`Outcome`): one tagged bytes value per call — the final
-  result, or *stale plan* / *need the plan* when nothing ran.
+  result, or *stale plan* / *need the plan* when nothing ran (and, for a batched call,
+  *cancelled* or *failed* where a call of its own would have raised).
 
 Nothing here imports another runtime module: every layer above may import it.
 """
