@@ -254,15 +254,18 @@ class ExecutorCore:
 
     ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
     up once, for bodies that run as tasks); ``threads`` bounds the pool that runs plain
-    bodies.
+    bodies; ``calls`` bounds the calls running at once, sent alone or batched (more wait
+    for a slot; a Code Mode sub-call runs in its run's slot).
     """
 
-    def __init__(self, registry: str, namespace: str, threads: int = 32) -> None:
+    def __init__(self, registry: str, namespace: str, threads: int = 32, calls: int = 10_000) -> None:
         self.registry, self.namespace = registry, namespace
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._hub: Any = None
         self._mail = Mailboxes()
+        self._calls = calls
+        self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
 
     def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
@@ -299,13 +302,16 @@ class ExecutorCore:
         ``hub`` only when its caller passed a signal: one bytes argument is the cheapest
         thing Ray ships, and the result's bytes are the cheapest thing it returns."""
         _HERE[(self.namespace, self.registry)] = (self, asyncio.get_running_loop())
-        call = unpack_call(envelope)
-        signal, stop = signal_of(call, hub)
-        try:
-            return await self._run(call, plan_box, signal)
-        finally:
-            if stop is not None:
-                stop()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._calls)
+        async with self._slots:
+            call = unpack_call(envelope)
+            signal, stop = signal_of(call, hub)
+            try:
+                return await self._run(call, plan_box, signal)
+            finally:
+                if stop is not None:
+                    stop()
 
     async def execute_batch(self, client: str, items: list[Item]) -> str:
         """Start a batch of ``client``'s calls (see ``batches``): each runs as

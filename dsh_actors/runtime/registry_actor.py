@@ -396,7 +396,7 @@ class RegistryActor:
         strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
         return ExecutorActor.options(
             **EXECUTOR_OPTIONS, max_concurrency=self._executor_concurrency, scheduling_strategy=strategy,
-        ).remote(self._name, self._namespace)
+        ).remote(self._name, self._namespace, calls=self._executor_concurrency)
 
     def _new_queue(self) -> Any:
         return CodeRunQueue.options(**QUEUE_OPTIONS).remote(self._name, self._namespace)  # type: ignore[attr-defined]

@@ -234,3 +234,46 @@ def test_a_collect_with_nothing_ready_answers_empty_after_its_wait(wait_s):
         return await mail.collect("client", mail.incarnation, wait_s)
 
     assert asyncio.run(scenario()) == []
+
+
+def test_an_executor_runs_at_most_its_calls_at_once_and_a_sub_call_runs_in_its_runs_slot():
+    """ExecutorCore without Ray: a plan already cached, three calls for two slots; the
+    third waits for a slot, and a call made on the executor's own loop (a Code Mode
+    sub-call) needs none, so a full executor never waits on itself."""
+    from dsh_actors import define_tool, text_block
+    from dsh_actors.core.jsonvalue import FrozenDict
+    from dsh_actors.core.pipeline import ExecutionPlan
+    from dsh_actors.core.types import ExecutionToken, ToolExecution
+    from dsh_actors.runtime.executor import ExecutorCore
+    from dsh_actors.runtime.wire import pack_call
+
+    async def scenario():
+        entered, gate = [], asyncio.Event()
+
+        async def waits(args, ctx):
+            entered.append(ctx.call_id)
+            await gate.wait()
+            return [text_block(ctx.call_id)]
+
+        tool = define_tool(name="waits", description="x", parameters={}, execute=waits)
+        core = ExecutorCore("registry", "namespace", calls=2)
+        core._plans["plan"] = ExecutionPlan(tools=FrozenDict({"waits": tool}))
+
+        def envelope(call_id):
+            return pack_call(ToolExecution(call_id=call_id, name="waits", arguments=FrozenDict(), agent=None,
+                                           token=ExecutionToken()), plan_id="plan")
+
+        calls = [asyncio.ensure_future(core.execute(envelope(f"c{i}"))) for i in range(3)]
+        await asyncio.sleep(0.05)
+        full = list(entered)
+        sub_call = asyncio.ensure_future(core.execute_here(envelope("sub"), None, None))
+        await asyncio.sleep(0.05)
+        with_sub_call = list(entered)
+        gate.set()
+        results = [Outcome.read(raw).value.text for raw in await asyncio.gather(*calls, sub_call)]
+        return full, with_sub_call, results
+
+    full, with_sub_call, results = asyncio.run(scenario())
+    assert full == ["c0", "c1"]  # the third waits for a slot
+    assert with_sub_call == ["c0", "c1", "sub"]  # the sub-call needs no slot of its own
+    assert results == ["c0", "c1", "c2", "sub"]
