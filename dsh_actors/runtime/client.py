@@ -262,7 +262,7 @@ class ToolRegistry(_Registrar):
 
     async def _ask_owner(self, agent: str | None, method: str, *args: Any) -> Any:
         if agent is not None:
-            return await self._link.call_scope(agent, method, *args)
+            return await self._link.call_scope(agent, method, *args, resend=True)  # a view runs nothing
         return await self._link.call(method, *args)
 
     async def _plan_view(self, agent: str | None, method: str, *args: Any) -> Any:
@@ -388,8 +388,9 @@ class AgentScope(_Registrar):
     def _register(self, method: str, *args: Any) -> Response[Disposer]:
         async def run() -> Disposer:
             reg_id = await self._call(method, *args)
-            # Resolved again at disposal: the scope may have been replaced (same ids) since.
-            return Disposer(lambda: self._call("dispose", reg_id))
+            # Resolved again at disposal: the scope may have been replaced (same ids) since;
+            # disposing twice disposes once, so a dispose that met a dead host goes again.
+            return Disposer(lambda: self._link.call_scope(self.agent_id, "dispose", reg_id, resend=True))
         return Response(run)
 
     def register(self, definition: Any) -> Response[Disposer]:

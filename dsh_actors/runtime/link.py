@@ -118,11 +118,20 @@ class RegistryLink:
             self._hosts = hosts
         return hosts
 
-    async def call_scope(self, agent: str, method: str, *args: Any) -> Any:
-        """Await one method of ``agent``'s scope (every host method names the agent)."""
-        handle = await self.scope(agent)
-        return await remote_call(getattr(handle, method), agent, *args, unavailable=ScopeUnavailableError,
-                                 what=f"the scope of agent {agent!r}")
+    async def call_scope(self, agent: str, method: str, *args: Any, resend: bool = False) -> Any:
+        """Await one method of ``agent``'s scope (every host method names the agent).
+
+        ``resend``: the call runs nothing twice (a read, a plan, a dispose), so if its host
+        turns out dead it goes once more, to the host that replaces it from the journal."""
+        for last_try in (not resend, True):
+            handle = await self.scope(agent)
+            try:
+                return await remote_call(getattr(handle, method), agent, *args, unavailable=ScopeUnavailableError,
+                                         what=f"the scope of agent {agent!r}")
+            except ScopeUnavailableError:
+                if last_try or not _dead(handle):
+                    raise
+        raise AssertionError("unreachable")
 
     def forget_scope(self, agent: str) -> None:
         self._scopes.pop(agent, None)

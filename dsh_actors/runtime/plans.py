@@ -18,7 +18,7 @@ from typing import Callable
 import ray
 
 from ..core.pipeline import ExecutionPlan
-from .errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, ScopeUnavailableError
+from .errors import ACTOR_GONE, RAY_ERROR
 from .link import RegistryLink
 from .response import background_loop
 from .wire import HEARTBEAT_S, LEASE_S, PlanTicket
@@ -135,13 +135,6 @@ class PlanCache:
         return ticket
 
     async def _scope_ticket(self, agent: str) -> PlanTicket:
-        for last_try in (False, True):
-            handle = await self._link.scope(agent)
-            try:
-                return await self._link.call_scope(agent, "plan", self.subscription.vouched())  # type: ignore[no-any-return]
-            except ScopeUnavailableError:
-                # A scope seen dead is replaced from its journal by the next scope();
-                # asking for a plan runs nothing, so asking again is safe.
-                if last_try or handle._actor_id.hex() not in DEAD_ACTORS:
-                    raise
-        raise AssertionError("unreachable")
+        # Asking for a plan runs nothing: a host seen dead is asked again once replaced.
+        return await self._link.call_scope(agent, "plan", self.subscription.vouched(),  # type: ignore[no-any-return]
+                                           resend=True)
