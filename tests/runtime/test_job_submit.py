@@ -64,39 +64,35 @@ def head_node():
 
 
 @pytest.mark.timeout(720)
-def test_the_batch_job_runs_unchanged_under_ray_job_submit(head_node, tmp_path):
-    out = tmp_path / "job-out"
-    deadline = time.monotonic() + 90
-    while True:  # the dashboard's job agent comes up a little after `ray start` returns
-        submitted = subprocess.run(
-            [str(BIN / "ray"), "job", "submit", "--address", head_node["dashboard"], "--working-dir", str(ROOT), "--",
-             "python", "-m", "dsh_actors", "eval", "--out", str(out), "--quiet"],
-            env=head_node["env"], capture_output=True, text=True, timeout=400, cwd=ROOT)
-        if "No available agent" not in submitted.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert submitted.returncode == 0, (submitted.stdout[-3000:], submitted.stderr[-3000:])
-    assert "8 episodes (8 ok, 0 failed)" in submitted.stdout  # the summary is in the job's log ...
-    assert f"outputs: {out.resolve()}" in submitted.stdout  # ... with where the files are
-    assert "succeeded" in (submitted.stdout + submitted.stderr).lower()
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["calls"] == 17 and summary["episodes_failed"] == 0
-    assert len(list((out / "logs").glob("*.log"))) == 8
-
-    # The agent loop under `ray job submit`: the model is a scripted server on loopback here.
+def test_the_batch_job_and_the_agent_loop_run_under_ray_job_submit(head_node, tmp_path):
+    """One job (a job's driver and actors start in seconds each on two cores): the shipped
+    scripted episodes and an agent-loop task whose model is a scripted server on loopback."""
     from dsh_actors.agent.scripted import ScriptedServer, reply
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "lookup", "task": "Read notes.txt, then say done.",
                                  "scorer": {"kind": "exact", "expected": "done"}}) + "\n")
     script = [reply("", ("read_file", {"path": "notes.txt"})), reply("done")]
+    out = tmp_path / "job-out"
+    deadline = time.monotonic() + 90
     with ScriptedServer(script) as server:
-        looped = subprocess.run(
-            [str(BIN / "ray"), "job", "submit", "--address", head_node["dashboard"], "--working-dir", str(ROOT), "--",
-             "python", "-m", "dsh_actors", "eval", str(tasks), "--out", str(tmp_path / "loop-out"), "--quiet",
-             "--model", "scripted", "--base-url", server.base_url],
-            env=head_node["env"], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert looped.returncode == 0, (looped.stdout[-3000:], looped.stderr[-3000:])
-    result = json.loads((tmp_path / "loop-out" / "summary.json").read_text())
-    assert result["model"]["success_rate"] == 1.0 and result["per_episode"][0]["turns"] == 2
+        while True:  # the dashboard's job agent comes up a little after `ray start` returns
+            submitted = subprocess.run(
+                [str(BIN / "ray"), "job", "submit", "--address", head_node["dashboard"], "--working-dir", str(ROOT),
+                 "--", "python", "-m", "dsh_actors", "eval", "dsh_actors/examples/episodes.jsonl", str(tasks),
+                 "--out", str(out), "--quiet", "--model", "scripted", "--base-url", server.base_url],
+                env=head_node["env"], capture_output=True, text=True, timeout=400, cwd=ROOT)
+            if "No available agent" not in submitted.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+    assert submitted.returncode == 0, (submitted.stdout[-3000:], submitted.stderr[-3000:])
+    assert "9 episodes (9 ok, 0 failed)" in submitted.stdout  # the summary is in the job's log ...
+    assert f"outputs: {out.resolve()}" in submitted.stdout  # ... with where the files are
+    assert "succeeded" in (submitted.stdout + submitted.stderr).lower()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["calls"] == 17 + 1 and summary["episodes_failed"] == 0
+    assert len(list((out / "logs").glob("*.log"))) == 9
+    # The agent loop ran in the job: two model turns, the tool's result sent back with the second.
+    assert summary["model"]["success_rate"] == 1.0
+    assert [e["turns"] for e in summary["per_episode"] if e["id"] == "lookup"] == [2]
     assert len(server.requests) == 2 and server.requests[1]["messages"][-1]["role"] == "tool"
