@@ -35,6 +35,8 @@ __all__ = ["CallInput", "Dispatcher", "ExecutorPool", "cancel_call", "create", "
 _STALE_RETRIES = 3
 SICK_S = 5.0
 """How long a process avoids an executor that just failed a call (Ray is restarting it)."""
+REVIVAL_WAIT_S = 10.0
+"""How long a call waits for a restarting executor when every executor is restarting."""
 _FIELDS = ("call_id", "name", "arguments", "agent", "parent", "signal")
 
 
@@ -89,8 +91,11 @@ class ExecutorPool:
     share an actor task, and the next turn's go to the next one.
 
     An executor that failed a call is avoided for :data:`SICK_S` while Ray restarts it
-    (calls sent to a restarting actor fail at once, and executions never retry); one that
-    died for good is reported to the registry, which replaces it, and the view refreshed.
+    (calls sent to a restarting actor fail at once, and executions never retry); when
+    every executor is avoided, a call first waits (up to :data:`REVIVAL_WAIT_S`) for a
+    probe that runs nothing and that Ray may retry to reach the restarted process. One
+    that died for good is reported to the registry, which replaces it, and the view
+    refreshed.
     """
 
     def __init__(self, link: RegistryLink) -> None:
@@ -98,6 +103,7 @@ class ExecutorPool:
         self._handles: list[Any] = []
         self._incarnation = -1  # of the registry the handles came from
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
+        self._probes: dict[Any, Any] = {}  # actor id -> ref of its revival probe (any loop may await it)
         self._next = 0
         self._turn_executor: Any = None  # the executor of this loop turn (None: no turn open)
         self._turn_calls = 0  # calls sent to it this turn
@@ -112,8 +118,28 @@ class ExecutorPool:
             return self._turn_executor
         if self._turn_executor is None:  # a new turn: it ends when this loop turn does
             asyncio.get_running_loop().call_soon(self._end_turn)
-        self._turn_executor, self._turn_calls = self._rotate(), 1
-        return self._turn_executor
+        handle = self._rotate()
+        if self._sick.get(handle._actor_id, 0.0) > time.monotonic():
+            await self._revived(handle)
+        self._turn_executor, self._turn_calls = handle, 1
+        return handle
+
+    async def _revived(self, handle: Any) -> None:
+        """Wait until ``handle``'s restarted process answers (or the wait runs out, or it
+        died for good: the call sent next then gets its coded result as before)."""
+        key = handle._actor_id
+        probe = self._probes.get(key)
+        if probe is None:  # one probe per executor; its future may be awaited from any loop
+            probe = self._probes[key] = handle.alive.options(max_task_retries=-1).remote().future()
+        try:
+            # shield: a waiter that gives up must not cancel the probe the others await
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(probe)), REVIVAL_WAIT_S)
+        except Exception:
+            return
+        finally:
+            if probe.done() and self._probes.get(key) is probe:
+                del self._probes[key]
+        self._sick.pop(key, None)
 
     def _end_turn(self) -> None:
         self._turn_executor, self._turn_calls = None, 0

@@ -325,6 +325,10 @@ class ExecutorCore:
         not this process — its calls died with an earlier one)."""
         return await self._mail.collect(client, incarnation, wait_s)
 
+    async def alive(self) -> str:
+        """This executor process's incarnation: a probe that runs nothing."""
+        return self._mail.incarnation
+
     async def cancel_batched(self, client: str, keys: list[int]) -> None:
         """Cancel batched calls of ``client`` (each then answers *cancelled*)."""
         self._mail.cancel(client, keys)

@@ -277,3 +277,81 @@ def test_an_executor_runs_at_most_its_calls_at_once_and_a_sub_call_runs_in_its_r
     assert full == ["c0", "c1"]  # the third waits for a slot
     assert with_sub_call == ["c0", "c1", "sub"]  # the sub-call needs no slot of its own
     assert results == ["c0", "c1", "c2", "sub"]
+
+
+class _Probe:
+    """An executor's ``alive`` method: counts probes sent; the test settles their future."""
+
+    def __init__(self):
+        self.sent, self.given, self.done = 0, {}, concurrent.futures.Future()
+
+    def options(self, **options):
+        self.given = options
+        return self
+
+    def remote(self):
+        self.sent += 1
+        return self
+
+    def future(self):
+        return self.done
+
+
+def _pool_of_one():
+    from dsh_actors.runtime.calls import ExecutorPool
+
+    class Handle:
+        _actor_id = "the-only-executor"
+        alive = _Probe()
+
+    class Link:
+        incarnation = 1
+
+        def actor(self):
+            return None
+
+        async def call(self, method):
+            assert method == "executors"
+            return [Handle]
+
+    return ExecutorPool(Link()), Handle
+
+
+def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_answer():
+    async def scenario():
+        pool, handle = _pool_of_one()
+        assert await pool.pick() is handle and handle.alive.sent == 0  # healthy: no probe
+        await asyncio.sleep(0)
+        pool.failed(handle, died=False)  # a call just met it dead: Ray is restarting it
+        picks = [asyncio.ensure_future(pool.pick()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        waiting = [p.done() for p in picks]
+        handle.alive.done.set_result("new-incarnation")
+        picked = await asyncio.gather(*picks)
+        await asyncio.sleep(0)
+        again = await pool.pick()
+        return handle, waiting, picked, again
+
+    handle, waiting, picked, again = asyncio.run(scenario())
+    assert waiting == [False] * 3  # nothing is sent to an executor that is restarting ...
+    assert picked == [handle] * 3  # ... until it answers again
+    assert handle.alive.sent == 1 and handle.alive.given == {"max_task_retries": -1}  # one probe, retried by Ray
+    assert again is handle and handle.alive.sent == 1  # answered: no longer avoided
+
+
+@pytest.mark.parametrize("outcome", ["died for good", "no answer in time"])
+def test_a_probe_that_fails_or_never_answers_lets_the_call_go_to_get_its_coded_result(monkeypatch, outcome):
+    from dsh_actors.runtime import calls
+
+    monkeypatch.setattr(calls, "REVIVAL_WAIT_S", 0.1)
+
+    async def scenario():
+        pool, handle = _pool_of_one()
+        await pool.pick()
+        pool.failed(handle, died=False)
+        if outcome == "died for good":
+            handle.alive.done.set_exception(RuntimeError("the actor died"))
+        return handle, await asyncio.wait_for(pool.pick(), 5)
+
+    handle, picked = asyncio.run(scenario())
+    assert picked is handle and handle.alive.sent == 1
