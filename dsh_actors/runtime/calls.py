@@ -116,11 +116,11 @@ class ExecutorPool:
         if self._turn_executor is not None and self._turn_calls < _TURN_CALLS:
             self._turn_calls += 1
             return self._turn_executor
-        if self._turn_executor is None:  # a new turn: it ends when this loop turn does
-            asyncio.get_running_loop().call_soon(self._end_turn)
         handle = self._rotate()
         if self._sick.get(handle._actor_id, 0.0) > time.monotonic():
             await self._revived(handle)
+        if self._turn_executor is None:  # a new turn: it ends when this loop turn does
+            asyncio.get_running_loop().call_soon(self._end_turn)
         self._turn_executor, self._turn_calls = handle, 1
         return handle
 

@@ -329,10 +329,12 @@ def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_ans
         handle.alive.done.set_result("new-incarnation")
         picked = await asyncio.gather(*picks)
         await asyncio.sleep(0)
+        turn_over = pool._turn_executor is None  # the turn the waiting picks opened ended with its loop turn
         again = await pool.pick()
-        return handle, waiting, picked, again
+        return handle, waiting, picked, turn_over, again
 
-    handle, waiting, picked, again = asyncio.run(scenario())
+    handle, waiting, picked, turn_over, again = asyncio.run(scenario())
+    assert turn_over
     assert waiting == [False] * 3  # nothing is sent to an executor that is restarting ...
     assert picked == [handle] * 3  # ... until it answers again
     assert handle.alive.sent == 1 and handle.alive.given == {"max_task_retries": -1}  # one probe, retried by Ray
