@@ -128,9 +128,9 @@ class _Scope:
 class ScopeHost:
     """Hosts agent scopes: one agent's (``dedicated`` hosting) or every agent hashed to it
     (``shared``). Each scope keeps its own state, its changes applied in order under its
-    own lock, its own lifetime (:meth:`close`, which forgets it too when the registry closes it). A scope is made on
-    its agent's first request, from the journal the registry handed this host (a
-    replacement host gets its agents' journals). Async, so plan requests never queue
+    own lock, its own lifetime (:meth:`close`; the registry's close forgets it too). A
+    scope is made on its agent's first request, from the journal the registry handed this
+    host (a replacement host gets its agents' journals). Async, so plan requests never queue
     behind a change; every method names the agent it serves."""
 
     def __init__(self, registry_name: str, namespace: str,
