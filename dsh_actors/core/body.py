@@ -15,6 +15,8 @@ import inspect
 from contextvars import ContextVar
 from typing import Any, Awaitable, Callable
 
+from .boundary import carry
+
 __all__ = ["BODY_RUNNER", "run_body"]
 
 BODY_RUNNER: ContextVar[Callable[[Callable[[], Any]], Awaitable[Any]] | None] = ContextVar(
@@ -29,5 +31,5 @@ async def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if runner is None or inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
         value = fn(*args, **kwargs)
     else:
-        value = await runner(functools.partial(fn, *args, **kwargs))
+        value = await runner(carry(functools.partial(fn, *args, **kwargs)))
     return await value if inspect.isawaitable(value) else value

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Mapping, get_type_hints
 import pydantic
 
 from .body import run_body
+from .boundary import is_own_cancellation
 from .errors import DefinitionError, ToolArgsError, error_message
 from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot, thaw
 from .presentation import PresentationError, validate_call_view, validate_result_view
@@ -62,7 +63,9 @@ def _soft_presenter(
             return validate(author(args, *rest))
         except PresentationError as exc:
             log.warning("tool %r presenter returned an invalid view: %s", name, exc)
-        except Exception as exc:
+        except BaseException as exc:  # a presenter never stops a replay or a process
+            if is_own_cancellation(exc):
+                raise
             log.warning("tool %r presenter failed: %s", name, error_message(exc))
         return None
 

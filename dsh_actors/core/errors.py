@@ -9,6 +9,8 @@
     ├── CodeRunFailedError            CODE_RUN_FAILED
     ├── ToolTimeoutError              TOOL_TIMEOUT         (timeout_ms)
     ├── ExecutionCancelledError       CANCELLED            the call (or its body) was cancelled
+    ├── ProcessControlError           PROCESS_CONTROL      tool or policy code raised KeyboardInterrupt,
+    │                                                      SystemExit, GeneratorExit, … (contained)
     ├── MalformedDecisionError        MALFORMED_DECISION   (stage)
     ├── MalformedResultError          MALFORMED_RESULT
     ├── UnreachableVariantError       UNREACHABLE
@@ -41,6 +43,7 @@ __all__ = [
     "MalformedDecisionError",
     "MalformedResultError",
     "OutputSchemaError",
+    "ProcessControlError",
     "ReservedNameError",
     "RestrictionError",
     "ToolArgsError",
@@ -132,6 +135,21 @@ class ExecutionCancelledError(HarnessError):
     task was cancelled, or its body raised ``CancelledError`` of its own)."""
 
     code = "CANCELLED"
+
+
+class ProcessControlError(HarnessError):
+    """Tool or policy code raised a ``BaseException`` that is not an ``Exception``
+    (``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``, …). In a process that runs
+    every agent's calls such a value must never propagate: the call fails with this code
+    and the process goes on serving."""
+
+    code = "PROCESS_CONTROL"
+
+    def __init__(self, origin: str, raised: str) -> None:
+        self.origin = origin
+        self.raised = raised
+        super().__init__(f"{origin} raised {raised}, which a tool or policy must not raise; the call failed "
+                         "(the process serving it goes on)")
 
 
 class CodeRunFailedError(HarnessError):

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from .errors import OutputSchemaError, unreachable
 from .jsonvalue import FrozenDict, compact, is_lossless, json_equal
+from .schema import MAX_SCHEMA_DEPTH
 
 __all__ = ["assert_supported_output_schema", "validate_structured_value"]
 
@@ -47,6 +48,9 @@ def _walk(node: Any, path: str, ancestors: set[int], out: list[str]) -> None:
         return
     if id(node) in ancestors:
         out.append(f"{path} is circular")
+        return
+    if len(ancestors) >= MAX_SCHEMA_DEPTH:  # the walk's depth: deeper would exhaust the stack
+        out.append(f"{path} is nested deeper than {MAX_SCHEMA_DEPTH} levels")
         return
     ancestors.add(id(node))
     try:

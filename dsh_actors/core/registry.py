@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
+from .boundary import is_own_cancellation
 from .errors import DefinitionError, DuplicateToolError, ReservedNameError, RestrictionError
 from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot
 from .pipeline import ApprovalSeam, ExecutionPlan
@@ -149,7 +150,9 @@ def execution_mode(definition: ToolDefinition | None, arguments: Any) -> Mapping
         return EXCLUSIVE
     try:
         return PARALLEL if classify(arguments) is True else EXCLUSIVE
-    except Exception:
+    except BaseException as exc:  # a classifier's KeyboardInterrupt too: exclusive, never raised
+        if is_own_cancellation(exc):
+            raise
         return EXCLUSIVE
 
 

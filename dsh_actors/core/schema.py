@@ -22,12 +22,17 @@ from .errors import DefinitionError, UnreachableVariantError, error_message, unr
 from .jsonvalue import compact, is_lossless
 
 __all__ = [
+    "MAX_SCHEMA_DEPTH",
     "SchemaProp",
     "SchemaSpec",
     "check_schema_spec",
     "schema_spec_to_json_schema",
     "validate_args",
 ]
+
+MAX_SCHEMA_DEPTH = 64
+"""How deeply props may nest (``properties`` / ``items``); deeper is a ``DefinitionError``
+(a parameter schema that deep is a mistake, and checking it would exhaust the stack)."""
 
 PropType = Literal["string", "number", "boolean", "object", "array"]
 _TYPES = ("string", "number", "boolean", "object", "array")
@@ -79,22 +84,25 @@ def schema_spec_to_json_schema(spec: SchemaSpec) -> dict[str, Any]:
     return schema
 
 
-def check_schema_spec(spec: object, *, owner: str = "schema spec", path: str = "") -> None:
-    """Raise :class:`DefinitionError` unless ``spec`` is a well-formed ``SchemaSpec``.
+def check_schema_spec(spec: object, *, owner: str = "schema spec", path: str = "", depth: int = 0) -> None:
+    """Raise :class:`DefinitionError` unless ``spec`` is a well-formed ``SchemaSpec``
+    nested at most :data:`MAX_SCHEMA_DEPTH` levels.
 
     Misuse fails loud at definition time, so a malformed spec never reaches a call.
     """
     where = f"{owner}: " + (f"{path}" if path else "parameters")
+    if depth > MAX_SCHEMA_DEPTH:
+        raise DefinitionError(f"{where} is nested deeper than {MAX_SCHEMA_DEPTH} levels")
     if not isinstance(spec, Mapping):
         raise DefinitionError(f"{where} must be a mapping of property name to prop")
     for key, prop in spec.items():
         at = f"{path}.{key}" if path else str(key)
         if not isinstance(key, str):
             raise DefinitionError(f"{owner}: property name {key!r} must be a str")
-        _check_prop(prop, owner, at)
+        _check_prop(prop, owner, at, depth)
 
 
-def _check_prop(prop: object, owner: str, at: str) -> None:
+def _check_prop(prop: object, owner: str, at: str, depth: int) -> None:
     if not isinstance(prop, Mapping):
         raise DefinitionError(f"{owner}: {at} must be a prop mapping with a 'type'")
     kind = prop.get("type")
@@ -119,11 +127,13 @@ def _check_prop(prop: object, owner: str, at: str) -> None:
     if "properties" in prop:
         if kind != "object":
             raise DefinitionError(f"{owner}: {at}.properties is only allowed on type object")
-        check_schema_spec(prop["properties"], owner=owner, path=at)
+        check_schema_spec(prop["properties"], owner=owner, path=at, depth=depth + 1)
     if "items" in prop:
         if kind != "array":
             raise DefinitionError(f"{owner}: {at}.items is only allowed on type array")
-        _check_prop(prop["items"], owner, f"{at}[]")
+        if depth + 1 > MAX_SCHEMA_DEPTH:
+            raise DefinitionError(f"{owner}: {at}[] is nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        _check_prop(prop["items"], owner, f"{at}[]", depth + 1)
 
 
 def _is_number(value: object) -> bool:

@@ -2,7 +2,8 @@ import pickle
 
 
 from dsh_actors import DefinitionError, HarnessError, ToolArgsError, ToolTimeoutError, error_result
-from dsh_actors.core.errors import CodeRunFailedError, OutputSchemaError, ToolNotFoundError, error_info, error_message
+from dsh_actors.core.errors import (CodeRunFailedError, OutputSchemaError, ProcessControlError, ToolNotFoundError,
+                                    error_info, error_message)
 
 
 def test_every_harness_error_carries_its_class_name_and_a_stable_code():
@@ -28,7 +29,8 @@ def test_error_messages_follow_the_reference_wording():
 
 
 def test_every_error_pickles_with_its_fields():
-    for error in [ToolArgsError(["a"]), ToolNotFoundError("t"), ToolTimeoutError(5), HarnessError("m")]:
+    for error in [ToolArgsError(["a"]), ToolNotFoundError("t"), ToolTimeoutError(5), HarnessError("m"),
+                  ProcessControlError('tool "x"', "KeyboardInterrupt")]:
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and str(again) == str(error) and again.__dict__ == error.__dict__
     assert pickle.loads(pickle.dumps(ToolArgsError(["a"]))).violations == ["a"]

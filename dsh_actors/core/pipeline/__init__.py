@@ -36,6 +36,7 @@ from typing import Any, Literal
 from ..errors import error_result
 from ..types import ExecutionToken, ToolExecution, ToolExecutionResult, text_block
 from .approval import resolve_ask
+from ..boundary import as_failure, is_own_cancellation
 from .chain import run_chain, settle
 from .create import InvalidExecutionInputError, create_execution
 from .dispatch import dispatch_tool, parse_result, run_execute
@@ -88,8 +89,8 @@ def _denied(reason: str) -> ToolExecutionResult:
     return ToolExecutionResult({"content": [text_block("Error: " + reason)], "is_error": True})
 
 
-def _failed(thrown: BaseException) -> ToolExecutionResult:
-    return ToolExecutionResult(error_result(thrown))
+def _failed(thrown: BaseException, origin: str = "a listener") -> ToolExecutionResult:
+    return ToolExecutionResult(error_result(as_failure(thrown, origin)))
 
 
 async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> Step:
@@ -97,7 +98,7 @@ async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken 
     execution, failure = create_execution(source, token)
     try:
         plan = plan_for(execution.agent)
-    except Exception as exc:
+    except Exception as exc:  # a resolver is harness code, not user code
         log.warning("no execution plan for agent %r: %s", execution.agent, exc)
         return Step("final", execution, None, _failed(exc))
     if failure is not None:
@@ -120,8 +121,10 @@ async def gate(execution: ToolExecution, plan: ExecutionPlan) -> Step:
         reason = await run_guards(execution, plan)
         if reason is not None:
             return Step("post", execution, plan, _denied(reason))
-    except Exception as exc:  # a listener, the approval seam or a guard failed: fail closed
-        return Step("final", execution, plan, _failed(exc))
+    except BaseException as exc:  # a listener, the approval seam or a guard failed: fail closed
+        if is_own_cancellation(exc):
+            raise
+        return Step("final", execution, plan, _failed(exc, "a policy (pre-execute, approval or guard)"))
     return Step("dispatch", execution, plan)
 
 
@@ -131,8 +134,10 @@ async def dispatch(step: Step) -> Step:
         raise ValueError(f"dispatch() needs a step prepared for dispatch, got stage {step.stage!r}")
     try:
         result = await run_execute(step.execution, step.plan)
-    except Exception as exc:
-        return Step("final", step.execution, step.plan, _failed(exc))
+    except BaseException as exc:
+        if is_own_cancellation(exc):
+            raise
+        return Step("final", step.execution, step.plan, _failed(exc, "a tools/execute listener"))
     return Step("post", step.execution, step.plan, result)
 
 
@@ -144,8 +149,10 @@ async def finalize(step: Step) -> ToolExecutionResult:
     if step.stage == "post" and step.plan is not None:
         try:
             result = await run_post_execute(step.execution, result, step.plan)
-        except Exception as exc:
-            result = _failed(exc)
+        except BaseException as exc:
+            if is_own_cancellation(exc):
+                raise
+            result = _failed(exc, "a tools/post-execute listener")
     return finish(step.execution, result, step.plan)
 
 

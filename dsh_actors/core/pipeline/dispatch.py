@@ -23,6 +23,7 @@ from ..errors import (
     error_result,
 )
 from ..types import ToolExecution, ToolExecutionResult, ToolRunContext
+from ..boundary import as_failure, is_own_cancellation
 from .chain import run_chain
 from .plan import ExecutionPlan
 
@@ -79,16 +80,15 @@ async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred:
             raise ToolNotFoundError(execution.name)
         value = await run_body(definition.execute, execution.arguments, ToolRunContext(execution, deferred, plan.tools))
         return _normalise_return(execution.name, value)
-    except (Exception, SystemExit) as exc:  # the tool body's error boundary
-        return ToolExecutionResult(error_result(exc))
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
+    except BaseException as exc:  # the tool body's error boundary: whatever it raised
+        if is_own_cancellation(exc):
             raise  # the call itself is being cancelled: that keeps propagating
-        # The body raised CancelledError of its own (a cancelled inner task it awaited):
-        # that is the body's outcome, not the call's cancellation.
-        return ToolExecutionResult(error_result(ExecutionCancelledError(
-            f'tool "{execution.name}" ({execution.call_id}) was cancelled inside its body')))
+        if isinstance(exc, asyncio.CancelledError):
+            # A CancelledError of the body's own (a cancelled inner task it awaited) is
+            # the body's outcome, not the call's cancellation.
+            exc = ExecutionCancelledError(
+                f'tool "{execution.name}" ({execution.call_id}) was cancelled inside its body')
+        return ToolExecutionResult(error_result(as_failure(exc, f'tool "{execution.name}" ({execution.call_id})')))
 
 
 async def run_execute(execution: ToolExecution, plan: ExecutionPlan) -> ToolExecutionResult:

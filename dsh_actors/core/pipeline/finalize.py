@@ -46,7 +46,7 @@ def notify_observers(execution: ToolExecution, result: ToolExecutionResult, plan
                 if inspect.iscoroutine(returned):
                     returned.close()
                 raise TypeError("tools/result observers are synchronous; it returned an awaitable")
-        except Exception as exc:
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit, … included: logged, never raised
             log.warning(
                 'tool "%s" (%s): tools/result observer failed: %s',
                 execution.name, execution.call_id, error_message(exc),
