@@ -1,12 +1,14 @@
 """The sandbox child: runs one model-written program and talks to its host in frames.
 
-Imported by ``_launcher.py`` before the operating-system walls go up and run after they
-are up (the walls are the boundary: nothing in this file tries to contain the program).
-It uses only the standard library and msgpack.
+Imported by the fork server before the operating-system walls go up and run after they
+are up (the walls are the boundary: nothing in this file tries to contain the program,
+and the host checks everything it sends). It uses only the standard library and msgpack.
 
 Frames are a 4-byte big-endian length and a msgpack map. The host sends ``start`` and
-``reply`` frames on stdin; the child sends ``log``, ``call`` and ``done`` frames on the
-file descriptor it is given.
+``reply`` frames on stdin; the child sends ``log`` (printed text, in chunks of at most
+64 KiB), ``call`` (a binding's arguments as JSON text, or only their size when they are
+over the run's cap, so the host refuses the call alone) and ``done`` frames on the file
+descriptor it is given.
 """
 
 import ast
@@ -24,6 +26,7 @@ import msgpack
 _out = [-1]
 _write_lock = threading.Lock()
 MAX_FRAME = 64 * 2**20
+CHUNK = 64 * 1024
 
 
 def _send(message):
@@ -58,26 +61,44 @@ def _read_frame(stream):
 
 
 class _Capture(io.TextIOBase):
-    """print() and sys.stdout/err writes become log frames, one per line, in order."""
+    """print() and sys.stdout/err writes become log frames in order: whole lines are sent
+    as they complete, in chunks of at most CHUNK characters, and nothing past the run's log
+    budget is sent at all (the host keeps its own count; this only saves the traffic)."""
 
-    def __init__(self):
-        self._pending = ""
+    def __init__(self, budget):
+        self._pending = []
+        self._size = 0
+        self._budget = budget
 
     def writable(self):
         return True
 
     def write(self, text):
         text = str(text)
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            _send({"t": "log", "text": line})
+        if self._budget < 0:
+            return len(text)
+        self._pending.append(text)
+        self._size += len(text)
+        if self._size >= CHUNK or "\n" in text:
+            self._send(self._size >= CHUNK)
         return len(text)
 
+    def _send(self, everything):
+        joined = "".join(self._pending)
+        cut = len(joined) if everything else joined.rfind("\n") + 1
+        head, rest = joined[:cut], joined[cut:]
+        self._pending, self._size = ([rest], len(rest)) if rest else ([], 0)
+        for start in range(0, len(head), CHUNK):
+            piece = head[start:start + CHUNK]
+            self._budget -= len(piece.encode("utf-8", "surrogatepass")) + piece.count("\n")
+            _send({"t": "log", "text": piece})
+            if self._budget < 0:
+                self._pending, self._size = [], 0
+                return
+
     def flush(self):
-        if self._pending:
-            line, self._pending = self._pending, ""
-            _send({"t": "log", "text": line})
+        if self._pending and self._budget >= 0:
+            self._send(True)
 
 
 def _program_traceback(exc):
@@ -153,43 +174,49 @@ def _binding(name, call):
             text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
-        return await call(name, json.loads(text))
+        return await call(name, text)
 
     binding.__name__ = binding.__qualname__ = name
     return binding
 
 
 def render_text(value):
-    """A returned value as the model reads it: a str as it is, anything else pprint-ed
-    (the Monty backend renders its values with this too)."""
+    """A returned value as the model reads it: a str as it is, anything else pprint-ed."""
     if isinstance(value, str):
         return value
     try:
         import pprint
         return pprint.pformat(value, depth=4, width=100, compact=True)
     except Exception:
-        return repr(value)
+        try:
+            return repr(value)
+        except Exception as exc:  # e.g. an int past the digits limit, a repr that raises
+            return f"<{type(value).__name__} that cannot be shown: {type(exc).__name__}: {exc}>"
 
 
 def _render(value, limit):
     text = render_text(value)
-    data = text.encode("utf-8")
-    if len(data) <= limit:
+    if len(text) <= limit // 4:
         return text
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
     return data[:limit].decode("utf-8", "ignore") + "… [truncated]"
 
 
 def main(out_fd):
+    """Boot (a loop, the reply reader, one empty program run to fault its code paths in),
+    then wait for the run's ``start`` frame and run it. A spare sandbox waits here booted."""
     _out[0] = out_fd
-    start = _read_frame(sys.stdin.buffer)
-    if not isinstance(start, dict) or start.get("t") != "start":
-        return
     loop = asyncio.new_event_loop()
     futures = {}
     counter = [0]
+    arrived = loop.create_future()
 
     def reader():
-        while True:
+        first = _read_frame(sys.stdin.buffer)
+        loop.call_soon_threadsafe(_begin, first)
+        while first is not None:
             frame = _read_frame(sys.stdin.buffer)
             if frame is None:
                 return
@@ -197,6 +224,10 @@ def main(out_fd):
                 future = futures.pop(frame.get("id"), None)
                 if future is not None:
                     loop.call_soon_threadsafe(_settle, future, frame)
+
+    def _begin(first):
+        if not arrived.done():
+            arrived.set_result(first)
 
     def _settle(future, frame):
         if future.done():
@@ -206,12 +237,26 @@ def main(out_fd):
         else:
             future.set_exception(RuntimeError(str(frame.get("error"))))
 
-    async def call(name, args):
+    threading.Thread(target=reader, daemon=True).start()
+    warm = {}
+    exec(compile_program("pass"), warm)
+    loop.run_until_complete(warm["__dsh_program__"](None))
+    start = loop.run_until_complete(arrived)
+    if not isinstance(start, dict) or start.get("t") != "start":
+        return
+
+    max_arg = start.get("max_arg_bytes", MAX_FRAME)
+
+    async def call(name, text):
         counter[0] += 1
         call_id = counter[0]
         future = loop.create_future()
         futures[call_id] = future
-        _send({"t": "call", "id": call_id, "name": name, "args": args})
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > max_arg:  # the host refuses it, alone and with its code
+            _send({"t": "call", "id": call_id, "name": name, "size": size})
+        else:
+            _send({"t": "call", "id": call_id, "name": name, "json": text})
         return await future
 
     namespace = {"__name__": "__sandbox__"}
@@ -220,20 +265,27 @@ def main(out_fd):
     except SyntaxError as exc:
         _send({"t": "done", "error": {"kind": "exception", "message": f"SyntaxError: {exc}"}})
         return
-    threading.Thread(target=reader, daemon=True).start()
-    capture = sys.stdout = sys.stderr = _Capture()
+    capture = sys.stdout = sys.stderr = _Capture(start.get("max_log_bytes", MAX_FRAME))
+    error_cap = 4 * start["max_value_bytes"]
     try:
         exec(code, namespace)
         value = loop.run_until_complete(namespace["__dsh_program__"](make_tools(start["names"], call)))
     except BaseException as exc:  # the program's failure, whatever it raised
         capture.flush()
-        _send({"t": "done", "error": {"kind": "exception", "message": _program_traceback(exc)}})
+        message = _program_traceback(exc)
+        if len(message) > error_cap:
+            message = message[:error_cap]
+        _send({"t": "done", "error": {"kind": "exception", "message": message}})
         return
     capture.flush()
     if value is None:
         _send({"t": "done"})
-    else:
-        _send({"t": "done", "value": _render(value, start["max_value_bytes"])})
+        return
+    try:
+        rendered = _render(value, start["max_value_bytes"])
+    except BaseException as exc:  # a __repr__ of the program's own that fails in its own way
+        rendered = f"<a value that cannot be shown: {type(exc).__name__}>"
+    _send({"t": "done", "value": rendered})
 
 
 def finish():

@@ -33,7 +33,9 @@ def encode_frame(message: dict[str, Any]) -> bytes:
 
 
 class FrameReader:
-    """Incremental decoder: feed bytes, get whole frames; never holds more than one frame."""
+    """Incremental decoder: feed bytes, get whole frames; never holds more than one frame
+    (plus what arrived with it), and consumes each feed in one pass (no per-frame copy of
+    the rest of the buffer)."""
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
@@ -41,19 +43,26 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Any]:
         self._buffer += data
+        view = memoryview(self._buffer)
         frames = []
-        while len(self._buffer) >= HEADER.size:
-            (size,) = HEADER.unpack_from(self._buffer)
-            if size > self.max_frame:
-                raise ChannelError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
-            if len(self._buffer) < HEADER.size + size:
-                break
-            body = bytes(self._buffer[HEADER.size:HEADER.size + size])
-            del self._buffer[:HEADER.size + size]
-            try:
-                frames.append(msgpack.unpackb(body, raw=False, strict_map_key=True))
-            except Exception as exc:  # any decoder failure: the stream is not ours any more
-                raise ChannelError(f"undecodable frame ({type(exc).__name__})") from None
+        offset = 0
+        try:
+            while len(view) - offset >= HEADER.size:
+                (size,) = HEADER.unpack_from(view, offset)
+                if size > self.max_frame:
+                    raise ChannelError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
+                end = offset + HEADER.size + size
+                if len(view) < end:
+                    break
+                try:
+                    frames.append(msgpack.unpackb(view[offset + HEADER.size:end], raw=False, strict_map_key=True))
+                except Exception as exc:  # any decoder failure: the stream is not ours any more
+                    raise ChannelError(f"undecodable frame ({type(exc).__name__})") from None
+                offset = end
+        finally:
+            view.release()
+        if offset:
+            del self._buffer[:offset]
         return frames
 
 

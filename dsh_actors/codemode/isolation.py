@@ -2,7 +2,8 @@
 
 The CPython sandbox's boundary is the kernel's, never Python's: an audit hook or a block
 list inside the sandboxed interpreter can be reached and undone by the program it is meant
-to contain. The mechanisms, each applied by ``_launcher.py`` before the program is read:
+to contain. The mechanisms, each applied afresh for every run by ``_walls.py`` before the
+program is read:
 
 =============  ===========================================================================
 ``userns``     the program's uid/gid map to an unprivileged outside id; no capabilities
@@ -14,8 +15,16 @@ to contain. The mechanisms, each applied by ``_launcher.py`` before the program 
 ``landlock``   files: read the install, write ``/work`` and ``/tmp``; no TCP; no signals
                or abstract sockets outside the sandbox (kernel Landlock ABI ≥ 6 for scopes)
 ``seccomp``    no process creation, exec, ptrace, mounts, namespaces, keyrings, BPF,
-               io_uring or other calls a program never needs; AF_UNIX sockets only
+               io_uring, memfd, System V or POSIX IPC, or other calls a program never
+               needs; AF_UNIX sockets only
 =============  ===========================================================================
+
+Where the host has them (a writable memory and pids cgroup hierarchy, as root on cgroup v1,
+or a delegated cgroup v2 subtree), each run also gets cgroups of its own
+(:func:`cgroup_parents`): its resident memory — heap, tmpfs files, pipe and socket
+buffers, kernel memory — is bounded by the memory budget, and its threads by a count.
+Without them, the routes to memory the address-space limit does not count are refused
+(see the seccomp row) and ``/tmp`` and ``/work`` are small tmpfs mounts.
 
 Why these tools: namespaces, pivot_root and the id maps are a handful of system calls
 made through ``ctypes`` (bubblewrap would do the same, but it is a system package the
@@ -41,7 +50,8 @@ from typing import Iterable
 
 from ..core.errors import HarnessError
 
-__all__ = ["MECHANISMS", "SandboxUnavailableError", "launch_config", "probe", "required"]
+__all__ = ["MECHANISMS", "CgroupParents", "SandboxUnavailableError", "cgroup_parents", "launch_config", "probe",
+           "required"]
 
 MECHANISMS = ("userns", "mountns", "pidns", "netns", "ipcns", "landlock", "seccomp")
 
@@ -95,14 +105,21 @@ def interpreter() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def launch_config(*, mechanisms: Iterable[str], root: str, frames_fd: int, outside_ids: tuple[int, int],
-                  limits: dict[str, int], disk_mb: int, probe: bool = False) -> dict[str, object]:
-    """The launcher's configuration (its one argument, as JSON)."""
+def library_dirs() -> list[str]:
+    """Where the trusted entry points find their imports."""
+    return _library_dirs()
+
+
+def launch_config(*, mechanisms: Iterable[str], root: str, outside_ids: tuple[int, int], limits: dict[str, int],
+                  disk_mb: int, cgroups: Iterable[tuple[str, list[tuple[str, int]]]] = (),
+                  probe: bool = False) -> dict[str, object]:
+    """What ``_walls.Launch`` applies for a run (and, with ``probe``, reports on)."""
     return {
-        "mechanisms": sorted(mechanisms), "root": root, "frames_fd": frames_fd, "probe": probe,
+        "mechanisms": sorted(mechanisms), "root": root, "probe": probe,
         "host_root": os.geteuid() == 0, "outside_ids": list(outside_ids) if os.geteuid() == 0 else [0, 0],
         "libs": _library_dirs(), "sonames": _sonames(), "readonly": _readonly_paths(), "hidden": _hidden_dirs(),
         "limits": limits, "disk_mb": disk_mb, "fallback_workdir": root,
+        "cgroups": [[parent, [list(limit) for limit in limits_of]] for parent, limits_of in cgroups],
     }
 
 
@@ -110,7 +127,7 @@ def launch_config(*, mechanisms: Iterable[str], root: str, frames_fd: int, outsi
 def probe(outside_ids: tuple[int, int] = (65534, 65534)) -> dict[str, str]:
     """Each mechanism's state on this host: ``"ok"`` or why it is missing (cached)."""
     root = _mount_point()
-    config = launch_config(mechanisms=MECHANISMS, root=root, frames_fd=1, outside_ids=outside_ids, probe=True,
+    config = launch_config(mechanisms=MECHANISMS, root=root, outside_ids=outside_ids, probe=True,
                            limits={"cpu_s": 5, "memory_bytes": 512 * 2**20, "file_bytes": 2**20}, disk_mb=1)
     try:
         done = subprocess.run([interpreter(), "-I", "-S", "-B", LAUNCHER, json.dumps(config)], env={},
@@ -149,3 +166,123 @@ def _mount_point() -> str:
 
 
 mount_point = _mount_point
+
+
+# --- cgroups of the runs' own ----------------------------------------------------------------
+
+_V1 = "/sys/fs/cgroup"
+
+
+class CgroupParents:
+    """This process's parent cgroups for its runs (one per controller), made on first use
+    and removed by :meth:`close`; each run's launcher makes ``run-<pid>`` under them."""
+
+    def __init__(self, parents: dict[str, str], version: int) -> None:
+        self.parents, self.version = parents, version
+
+    def limits(self, memory_bytes: int, tasks: int) -> list[tuple[str, list[tuple[str, int]]]]:
+        """``(parent, [(file, value), ...])`` for a run with these limits."""
+        out = []
+        for controller, parent in sorted(self.parents.items()):
+            if controller == "memory":
+                if self.version == 1:
+                    files = [("memory.limit_in_bytes", memory_bytes)]
+                    if os.path.exists(os.path.join(parent, "memory.memsw.limit_in_bytes")):
+                        files.append(("memory.memsw.limit_in_bytes", memory_bytes))
+                else:
+                    files = [("memory.max", memory_bytes)]
+                    if os.path.exists(os.path.join(parent, "memory.swap.max")):
+                        files.append(("memory.swap.max", 0))
+            else:
+                files = [("pids.max", tasks)]
+            out.append((parent, files))
+        return out
+
+    def close(self) -> None:
+        for parent in set(self.parents.values()):
+            _remove_tree(parent)
+
+
+def _remove_tree(parent: str) -> None:
+    try:
+        for entry in os.scandir(parent):
+            if entry.is_dir(follow_symlinks=False) and entry.name.startswith("run-"):
+                try:
+                    os.rmdir(entry.path)
+                except OSError:
+                    pass
+        os.rmdir(parent)
+    except OSError:
+        pass
+
+
+def _own_cgroups() -> tuple[dict[str, str], int]:
+    """This process's cgroup directories by controller (``memory``, ``pids``), and the version."""
+    found: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found, 0
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            if controller in ("memory", "pids"):
+                found[controller] = os.path.join(_V1, controller, path.lstrip("/"))
+    if found:
+        return found, 1
+    unified = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    if unified is not None and os.path.exists(os.path.join(_V1, "cgroup.controllers")):
+        here = os.path.join(_V1, unified.lstrip("/"))
+        return {c: here for c in ("memory", "pids")}, 2
+    return found, 0
+
+
+def _sweep(directory: str) -> None:
+    """Remove parents left by processes that died without removing them."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith("dsh-sandbox-"):
+            try:
+                owner = int(entry.name.split("-")[2])
+            except (IndexError, ValueError):
+                continue
+            if not os.path.exists(f"/proc/{owner}"):
+                _remove_tree(entry.path)
+
+
+_parents_made = iter(range(1 << 62))
+
+
+def cgroup_parents() -> CgroupParents | None:
+    """Parent cgroups for this process's runs, or ``None`` where the host offers no memory
+    cgroup this process may write (the routes are then refused instead: see the module)."""
+    own, version = _own_cgroups()
+    if "memory" not in own:
+        return None
+    name = f"dsh-sandbox-{os.getpid()}-{next(_parents_made)}"
+    made: dict[str, str] = {}
+    for directory in sorted(set(own.values())):
+        _sweep(directory)
+        parent = os.path.join(directory, name)
+        try:
+            os.mkdir(parent)
+        except OSError:
+            continue
+        if version == 1:
+            made.update({c: parent for c, d in own.items() if d == directory})
+            continue
+        try:  # cgroup v2: one directory; only the controllers delegated to it
+            enabled = set(Path(parent, "cgroup.controllers").read_text().split())
+        except OSError:
+            enabled = set()
+        made.update({c: parent for c in ("memory", "pids") if c in enabled})
+        if not made:
+            _remove_tree(parent)
+    if "memory" not in made:
+        for parent in set(made.values()):
+            _remove_tree(parent)
+        return None
+    return CgroupParents(made, version)

@@ -2,34 +2,67 @@
 
 Monty is an interpreter written in Rust for model-written code. A program there has no
 file system, network, processes, environment or host modules at all — the only way out
-is the ``tools`` bindings — and it runs in a pool of ``monty`` worker processes, so even
-an interpreter crash stays out of the host. A run costs about a millisecond.
+is the ``tools`` bindings — and it runs in ``monty`` worker processes, so even an
+interpreter crash stays out of the host. It is the fallback where the host lacks the CPython
+sandbox's walls; :data:`DIALECT` (the SDK's language text) says exactly what it runs.
 
-Each run checks out a worker with the run's limits (execution time, heap), feeds one
-snippet (a small prelude that defines ``tools``, then the program as the body of an
-async function), and returns the worker to the pool; a cancelled, aborted or timed-out
-feed kills its worker. Budgets: ``compute_ms`` is Monty's own execution clock (it stops
-while a binding call is pending), ``max_wall_ms`` the run's wall clock, ``max_memory_mb``
-the heap; logs and the value are capped like the CPython backend's.
+One pool of workers serves the whole process (:class:`_Workers`, on an event loop thread of
+its own): at most ``max_workers`` workers however many runs and runtimes there are, each
+with an address-space backstop over its heap budget, and closed cleanly before the
+interpreter exits. Each run checks a worker out with its limits (execution time, heap),
+feeds one snippet — a small prelude defining ``tools``, the program as the body of an async
+function, and an epilogue that renders the returned value *inside Monty*, cut to the value
+cap, so the host never receives or renders more — and returns the worker; a cancelled,
+aborted or timed-out feed kills its worker.
 
-Where the subset refuses a program (``yield``, a module it does not have, …) the run
-fails with an ``exception`` naming what is unsupported and saying the language is Monty.
+The host side is bounded as on the CPython backend (:mod:`~dsh_actors.codemode.bounds`): a
+binding serialises its arguments inside Monty and the host admits the call on its size
+before parsing it; printed chunks are assembled under the log budget; the host CPU spent
+on the run's prints and calls counts against its compute budget beside Monty's own clock.
+
+An error about something CPython has (a module, attribute or builtin Monty lacks, a syntax
+it does not support) carries the dialect note; such a program, when no sub-call has started
+yet, runs again on the CPython sandbox if this host can run it (``retry_unsupported``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import builtins
+import concurrent.futures
 import io
 import json
+import os
+import re
+import resource
+import sys
+import threading
+import time
 import tokenize
-import weakref
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from ..core.signal import AbortSignal
-from ._child import render_text
-from .runtime import DIALECTS, Binding, CodeRuntimeConfig, check_run, Ledger, RunError, RunResult, cap_error, cap_value
+from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value
+from .contract import Binding, CodeRuntime, CodeRuntimeConfig, RunError, RunResult, check_run
 
-__all__ = ["MontyRuntime"]
+__all__ = ["DIALECT", "MontyRuntime"]
+
+DIALECT = (
+    "Monty, a subset of Python 3 (not CPython). It runs: functions, closures, lambdas, decorators on functions, "
+    "async/await with asyncio.gather and asyncio.sleep, comprehensions and generator expressions consumed by "
+    "sum/min/max/sorted/list, f-strings, try/except/finally, with, match, the walrus operator, simple classes "
+    "(no base classes) and @dataclass, and the modules asyncio, base64, binascii, bisect, collections, copy, csv, "
+    "dataclasses, datetime, decimal, functools, hashlib, itertools, json, math, random, re, time, typing and "
+    "unicodedata. It does NOT run: class inheritance (so no custom exception classes, Enum, NamedTuple or ABC), "
+    "@property/@classmethod/@staticmethod, special methods such as __len__, yield and generators, next() on a "
+    "generator expression, del, bound methods or unbound str methods as values (write key=lambda k: d[k], not "
+    "key=d.get), async with, asyncio beyond gather and sleep (no Lock, Semaphore, Queue, create_task, wait_for, "
+    "as_completed), and the modules io, statistics, string, operator, textwrap, heapq, difflib, uuid, urllib, "
+    "html, shlex, pprint; no files, network or processes"
+)
+"""What the SDK text tells the model it writes (checked against Monty by the test suite)."""
 
 _PRELUDE = '''\
 class tools:
@@ -39,16 +72,34 @@ class tools:
 
     def __getitem__(self, name):
         async def binding(*args, **kwargs):
-            return await __dsh_call__(name, args, kwargs)
+            if args and kwargs or len(args) > 1:
+                raise TypeError("tools." + name + "() takes keyword arguments or one arguments dict")
+            text = json.dumps(args[0] if args else kwargs)
+            if len(text) > __dsh_max_arg__:
+                return await __dsh_call__(name, None, len(text))
+            return await __dsh_call__(name, text, 0)
         return binding
 
 
 tools = tools(__dsh_names__)
 '''
-_HEAD = "async def __dsh_program__(tools):\n"
-_OFFSET = _PRELUDE.count("\n") + 1  # program line 1 is this line of the fed snippet
-_UNSUPPORTED = ("NotImplementedError", "ModuleNotFoundError", "SyntaxError")
+_HEAD = "import json\nasync def __dsh_program__(tools):\n"
+_EPILOGUE = '''\
+async def __dsh_render__():
+    value = await __dsh_program__(tools)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value[:__dsh_cap__]
+    try:
+        return repr(value)[:__dsh_cap__]
+    except Exception as exc:
+        return "<" + type(value).__name__ + " that cannot be shown: " + type(exc).__name__ + ": " + str(exc) + ">"
+await __dsh_render__()
+'''
+_OFFSET = _PRELUDE.count("\n") + _HEAD.count("\n")  # program line 1 is the line after these
 _DIALECT_NOTE = "this sandbox runs Monty, a subset of Python"
+_TYPES = {name: kind for name, kind in vars(builtins).items() if isinstance(kind, type)}
 
 
 def indent_body(program: str) -> str:
@@ -68,156 +119,286 @@ def indent_body(program: str) -> str:
     return "".join(out)
 
 
-class _Lines:
-    """Monty's print chunks as log lines, one per line, in order."""
+def cpython_has(message: str) -> str | None:
+    """What a Monty error names that CPython has (``None``: nothing we can tell), for the note."""
+    if message.startswith(("NotImplementedError", "SyntaxError")):
+        return "this syntax"
+    if (found := re.match(r"ModuleNotFoundError: No module named '([\w.]+)'", message)) is not None:
+        top = found.group(1).split(".")[0]
+        return f"the module {found.group(1)}" if top in sys.stdlib_module_names else None
+    if (found := re.match(r"AttributeError: (?:'(\w+)' object|type object '(\w+)') has no attribute '(\w+)'",
+                          message)) is not None:
+        kind = _TYPES.get(found.group(1) or found.group(2))
+        return f"{kind.__name__}.{found.group(3)}" if kind is not None and hasattr(kind, found.group(3)) else None
+    if (found := re.match(r"AttributeError: module '([\w.]+)' has no attribute '(\w+)'", message)) is not None:
+        module = sys.modules.get(found.group(1))
+        if module is None and found.group(1).split(".")[0] in sys.stdlib_module_names:
+            return f"{found.group(1)}.{found.group(2)}"  # a stdlib module this process has not imported
+        return f"{found.group(1)}.{found.group(2)}" if module is not None and hasattr(module, found.group(2)) else None
+    if (found := re.match(r"NameError: name '(\w+)' is not defined", message)) is not None:
+        return f"the builtin {found.group(1)}" if hasattr(builtins, found.group(1)) else None
+    return None
 
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        self.pending = ""
 
-    def __call__(self, _stream: str, text: str) -> None:
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            self.ledger.add(line)
+class _Workers:
+    """The process's one pool of Monty workers, on an event loop thread of its own.
 
-    def flush(self) -> None:
-        if self.pending:
-            line, self.pending = self.pending, ""
-            self.ledger.add(line)
+    One pool for every runtime and every event loop in the process, so ``max_workers`` holds
+    however many runs there are. Its loop thread lives until the interpreter exits; an
+    ``atexit`` hook closes the pool while every thread is still alive (a Monty thread that
+    calls into Python during finalisation would abort the process).
+    """
+
+    _lock = threading.Lock()
+    _instance: "_Workers | None" = None
+
+    def __init__(self, max_workers: int) -> None:
+        from pydantic_monty import AsyncMonty, _binary
+
+        self.max_workers = max_workers
+        self.binary = os.path.realpath(_binary.find_monty_binary())
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="dsh-monty", daemon=True)
+        self._thread.start()
+        self._address_space = 0
+        self._limited: set[int] = set()
+
+        async def open_pool() -> Any:
+            pool = AsyncMonty(min_processes=1, max_processes=max_workers)
+            await pool.__aenter__()
+            return pool
+
+        self.pool = asyncio.run_coroutine_threadsafe(open_pool(), self.loop).result(120)
+        atexit.register(self.shutdown)
+
+    @classmethod
+    def get(cls, max_workers: int) -> "_Workers":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls(max_workers)
+            return cls._instance
+
+    def submit(self, coroutine: Any) -> "concurrent.futures.Future[Any]":
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def bound_workers(self, heap_bytes: int) -> None:
+        """An address-space backstop on every worker, over the largest heap budget asked
+        for (Monty bounds the heap itself; this bounds whatever it does not count)."""
+        self._address_space = max(self._address_space, heap_bytes + (512 << 20))
+        for pid in _children_running(self.binary):
+            if pid not in self._limited:
+                try:
+                    resource.prlimit(pid, resource.RLIMIT_AS, (self._address_space, self._address_space))
+                    self._limited.add(pid)
+                except (ProcessLookupError, PermissionError, OSError):
+                    pass
+
+    def shutdown(self) -> None:
+        with _Workers._lock:
+            if _Workers._instance is self:
+                _Workers._instance = None
+        try:
+            asyncio.run_coroutine_threadsafe(self.pool.__aexit__(None, None, None), self.loop).result(10)
+        except Exception:  # noqa: BLE001 - at exit: whatever state the pool is in, go on
+            pass
+        time.sleep(0.05)  # its threads deliver their last wake-ups while the interpreter still runs
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+def _children_running(binary: str) -> list[int]:
+    """This process's child processes running ``binary``."""
+    found = []
+    me = os.getpid()
+    for children in Path(f"/proc/{me}/task").glob("*/children"):
+        try:
+            pids = children.read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                if os.readlink(f"/proc/{pid}/exe") == binary:
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return found
 
 
 class MontyRuntime:
-    """Runs programs in Monty workers (see the module docs)."""
+    """Runs programs in Monty workers (see the module docs). ``fallback`` makes the CPython
+    runtime that a program Monty cannot run, before any sub-call, runs on instead."""
 
     language = "python"
-    dialect = DIALECTS["monty"]
+    dialect = DIALECT
     isolation = "monty-interpreter+worker-process"
 
-    def __init__(self, config: CodeRuntimeConfig | None = None, *, max_workers: int = 8) -> None:
+    def __init__(self, config: CodeRuntimeConfig | None = None, *,
+                 fallback: Callable[[], CodeRuntime | None] | None = None) -> None:
         import pydantic_monty  # noqa: F401 - fail at construction when it is not installed
 
-        self.config = config or CodeRuntimeConfig()
-        self.max_workers = max_workers
-        self._pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+        self.config = config or CodeRuntimeConfig(backend="monty")
+        self._fallback = fallback
+        self._fallback_runtime: CodeRuntime | None = None
         self._closed = False
-        self._runs: set[asyncio.Task[Any]] = set()
-
-    async def _pool(self) -> Any:
-        """One worker pool per event loop (a pool's I/O belongs to the loop that made it)."""
-        from pydantic_monty import AsyncMonty
-
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = AsyncMonty(min_processes=1, max_processes=self.max_workers)
-            await pool.__aenter__()
-            self._pools[loop] = pool
-        return pool
+        self._runs: set["concurrent.futures.Future[Any]"] = set()
 
     def close(self) -> None:
-        """Dispose: later runs raise; in-flight runs end as aborted; the workers are ended."""
+        """Dispose: later runs raise; in-flight runs end as aborted (the process's workers
+        serve other runtimes and end at exit)."""
         self._closed = True
-        for task in list(self._runs):
-            task.cancel()
-        for loop, pool in list(self._pools.items()):
-            async def shut(pool: Any = pool) -> None:
-                await pool.__aexit__(None, None, None)
-
-            try:
-                if loop.is_running():
-                    asyncio.run_coroutine_threadsafe(shut(), loop)
-                # a pool whose loop has stopped ends its workers when it is collected
-            except RuntimeError:
-                pass
-        self._pools.clear()
+        for run in list(self._runs):
+            run.cancel()
+        if self._fallback_runtime is not None:
+            self._fallback_runtime.close()
 
     async def run(self, program: str, bindings: Mapping[str, Binding],
                   signal: AbortSignal | None = None) -> RunResult:
         """Run ``program`` (the body of an async function with ``tools`` in scope)."""
         if (early := check_run(self._closed, program, bindings, signal)) is not None:
             return early
-        ledger = Ledger(int(self.config.max_log_bytes))
-        task = asyncio.ensure_future(self._feed(program, dict(bindings), ledger))
-        self._runs.add(task)
-        stop: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        run = _Run(self.config, asyncio.get_running_loop(), dict(bindings))
+        result = await self._supervise(program, run, signal)
+        if run.retry_on_cpython and self._fallback is not None and not self._closed:
+            if self._fallback_runtime is None:
+                self._fallback_runtime = self._fallback()
+            if self._fallback_runtime is not None:
+                return await self._fallback_runtime.run(program, bindings, signal)
+        return result
 
-        def stopped(reason: Any) -> None:
-            if not stop.done():
-                stop.set_result(reason)
-
-        unfollow = signal.add_listener(stopped) if signal else None
+    async def _supervise(self, program: str, run: "_Run", signal: AbortSignal | None) -> RunResult:
+        config = self.config
         try:
-            done, _ = await asyncio.wait({task, stop}, timeout=self.config.max_wall_ms / 1000,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            workers = _Workers.get(int(config.max_workers))
+        except Exception as exc:  # noqa: BLE001 - no pool could start: the run's result, never a raise
+            return RunResult(error=RunError("worker-exit", f"monty workers could not start: {exc}"))
+        feed = workers.submit(run.feed(program, workers))
+        self._runs.add(feed)
+        outcome = asyncio.wrap_future(feed)
+        started = time.monotonic()
+        compute_s = config.compute_ms / 1000
+        try:
+            while True:
+                if signal is not None and signal.aborted:
+                    return run.failed(RunError("abort", str(signal.reason)))
+                if self._closed:
+                    return run.failed(RunError("abort", "runtime disposed"))
+                left = started + config.max_wall_ms / 1000 - time.monotonic()
+                if left <= 0:
+                    return run.failed(RunError("timeout", f"wall-clock ceiling reached ({int(config.max_wall_ms)}ms)"))
+                if run.meter.used_s > compute_s:  # Monty's clock stops this itself; the host's work is ours to stop
+                    return run.failed(RunError("timeout", f"compute budget exhausted ({int(run.meter.used_s * 1000)}ms "
+                                                          "busy on the host)"))
+                done, _ = await asyncio.wait({outcome}, timeout=min(0.025, left))
+                if done:
+                    break
         except asyncio.CancelledError:
-            task.cancel()
-            if self._closed:
-                return RunResult(ledger.logs, error=RunError("abort", "runtime disposed"))
+            feed.cancel()
             raise
         finally:
-            self._runs.discard(task)
-            if unfollow is not None:
-                unfollow()
-        if task in done and not task.cancelled():
-            return task.result()
-        task.cancel()  # the worker running it is killed and replaced by the pool
-        if stop in done:
-            return RunResult(ledger.logs, error=RunError("abort", str(stop.result())))
-        if self._closed:
-            return RunResult(ledger.logs, error=RunError("abort", "runtime disposed"))
-        return RunResult(ledger.logs, error=RunError("timeout", f"wall-clock ceiling reached ({int(self.config.max_wall_ms)}ms)"))
+            self._runs.discard(feed)
+            if not feed.done():
+                feed.cancel()  # the worker running it is killed and replaced by the pool
+        if outcome.cancelled():
+            return run.failed(RunError("abort", "runtime disposed"))
+        if outcome.exception() is not None:
+            return run.failed(RunError("worker-exit", cap_error(f"monty: {outcome.exception()}",
+                                                                int(config.max_value_bytes))))
+        return outcome.result()  # type: ignore[no-any-return]
 
-    async def _feed(self, program: str, bindings: dict[str, Binding], ledger: Ledger) -> RunResult:
+
+class _Run:
+    """One run's host side: its bindings, budgets and log, touched on the workers' loop."""
+
+    def __init__(self, config: CodeRuntimeConfig, caller: asyncio.AbstractEventLoop,
+                 bindings: dict[str, Binding]) -> None:
+        self.config, self.caller, self.bindings = config, caller, bindings
+        self.ledger = Ledger(int(config.max_log_bytes))
+        self.lines = LogLines(self.ledger)
+        self.meter = HostMeter()
+        self.gate = CallGate(config)
+        self.calls_started = 0
+        self.retry_on_cpython = False
+
+    def failed(self, error: RunError) -> RunResult:
+        return RunResult(list(self.ledger.logs), error=error)
+
+    def printed(self, _stream: str, text: str) -> None:
+        with self.meter.charge():
+            self.lines.write(text if isinstance(text, str) else str(text))
+
+    async def call(self, name: Any, text: Any, size: Any) -> str:
+        """A binding's call, arriving from the worker: admitted on its size before its
+        arguments are parsed, then run by the caller's own loop."""
+        with self.meter.charge():
+            binding = self.bindings.get(name) if isinstance(name, str) else None
+            if binding is None:
+                raise AttributeError(f'unknown binding "tools.{name}"')
+            if not isinstance(text, str):  # the prelude's notice of a call over the cap, or a forged one
+                size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+                raise RuntimeError(self.gate.admit(name, max(size, self.gate.max_arg + 1)))
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            refusal = self.gate.admit(name, size)
+            if refusal is not None:
+                raise RuntimeError(refusal)
+        self.calls_started += 1
+        try:
+            with self.meter.charge():
+                args = json.loads(text)
+            answer = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(binding(args), self.caller))
+        finally:
+            self.gate.done(size)
+        answer = answer if isinstance(answer, str) else str(answer)
+        refusal = self.gate.result_refusal(name, answer)
+        if refusal is not None:
+            raise RuntimeError(refusal)
+        return answer
+
+    async def feed(self, program: str, workers: _Workers) -> RunResult:
+        """On the workers' loop: one checkout, one snippet, the result (never raises but
+        for cancellation)."""
         from pydantic_monty import MontyError, MontyRuntimeError, MontySyntaxError
 
         config = self.config
-        lines = _Lines(ledger)
-
-        async def call(name: Any, args: Any, kwargs: Any) -> str:
-            binding = bindings.get(name) if isinstance(name, str) else None
-            if binding is None:
-                raise AttributeError(f'unknown binding "tools.{name}"')
-            if args and kwargs or len(args) > 1:
-                raise TypeError(f"tools.{name}() takes keyword arguments or one arguments dict")
-            value = args[0] if args else dict(kwargs)
-            try:
-                text = json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
-            answer = await binding(json.loads(text))
-            return answer if isinstance(answer, str) else str(answer)
-
-        snippet = _PRELUDE + _HEAD + indent_body(program) + "await __dsh_program__(tools)\n"
+        snippet = _PRELUDE + _HEAD + indent_body(program) + _EPILOGUE
         limits = {"max_feed_duration_secs": config.compute_ms / 1000, "max_memory": int(config.max_memory_mb) * 2**20,
                   "max_suspensions": 100_000}
-        pool = await self._pool()
+        inputs = {"__dsh_names__": sorted(self.bindings), "__dsh_cap__": int(config.max_value_bytes) + 64,  # the host cuts with a marker
+                  "__dsh_max_arg__": int(config.max_arg_bytes)}
         try:
-            async with pool.checkout(limits=limits) as session:
-                value = await session.feed_run(snippet, inputs={"__dsh_names__": sorted(bindings)},
-                                               external_lookup={"__dsh_call__": call}, print_callback=lines)
+            async with workers.pool.checkout(limits=limits) as session:
+                workers.bound_workers(int(config.max_memory_mb) * 2**20)
+                value = await session.feed_run(snippet, inputs=inputs, external_lookup={"__dsh_call__": self.call},
+                                               print_callback=self.printed)
         except (MontyRuntimeError, MontySyntaxError) as exc:
-            lines.flush()
-            return RunResult(ledger.logs, error=self._failure(exc))
+            self.lines.flush()
+            return RunResult(list(self.ledger.logs), error=self._failure(exc))
         except MontyError as exc:  # the worker died (memory, crash): the pool replaces it
-            lines.flush()
-            return RunResult(ledger.logs, error=RunError("worker-exit", cap_error(f"monty worker: {exc}", config.max_value_bytes)))
-        lines.flush()
-        rendered = None if value is None else cap_value(render_text(value), int(config.max_value_bytes))
-        return RunResult(ledger.logs, rendered)
+            self.lines.flush()
+            return self.failed(RunError("worker-exit", cap_error(f"monty worker: {exc}", int(config.max_value_bytes))))
+        except Exception as exc:  # noqa: BLE001 - anything else Monty raises is still a result
+            self.lines.flush()
+            return self.failed(RunError("worker-exit", cap_error(f"monty: {type(exc).__name__}: {exc}",
+                                                                 int(config.max_value_bytes))))
+        self.lines.flush()
+        if value is not None and not isinstance(value, str):  # only the epilogue's string comes back
+            value = f"<a {type(value).__name__} value>"
+        return RunResult(list(self.ledger.logs), None if value is None else cap_value(value, int(config.max_value_bytes)))
 
     def _failure(self, exc: Any) -> RunError:
-        kind_and_message = exc.display("type-msg")
+        kind_and_message = cap_error(exc.display("type-msg"), 4 * int(self.config.max_value_bytes))
         if kind_and_message.startswith("TimeoutError: feed time limit"):
             return RunError("timeout", f"compute budget exhausted ({int(self.config.compute_ms)}ms busy)")
         frames = []
         for frame in getattr(exc, "traceback", lambda: [])():
             line = frame.line - _OFFSET
-            if line >= 1 and frame.function_name != "<module>":
+            if line >= 1 and frame.function_name not in ("<module>", "__dsh_render__"):
                 frames.append(f"  line {line}, in program")
                 if frame.source_line:
                     frames.append(f"    {frame.source_line.strip()}")
         text = "\n".join((["Traceback (most recent call last):"] + frames if frames else []) + [kind_and_message])
-        if kind_and_message.startswith(_UNSUPPORTED):
-            text += f"\n({_DIALECT_NOTE}; rewrite the program without what it does not support)"
-        return RunError("exception", cap_error(text, int(self.config.max_value_bytes) * 4))
+        known = cpython_has(kind_and_message)
+        if known is not None:
+            text += (f"\n({_DIALECT_NOTE}: {known} exists in CPython but not here; rewrite the program "
+                     "without it)")
+            self.retry_on_cpython = self.calls_started == 0 and self.config.retry_unsupported
+        return RunError("exception", cap_error(text, 4 * int(self.config.max_value_bytes)))

@@ -1,152 +1,128 @@
-"""The CPython backend: each program in a fresh process behind the kernel's walls.
+"""The CPython backend: each program in a fresh sandbox behind the kernel's walls.
 
-:class:`SubprocessRuntime` starts ``_launcher.py`` (an empty environment), which applies
-the isolation mechanisms of :mod:`~dsh_actors.codemode.isolation` and then runs the
-program with ``tools`` bindings. The host treats the child as hostile:
+:class:`SubprocessRuntime` asks its fork server (:mod:`~dsh_actors.codemode.forkserver`)
+for sandboxes: each is forked from a pre-imported interpreter and walled in afresh
+(:mod:`~dsh_actors.codemode.isolation`), serves exactly one run, and is killed when the
+run ends. ``spares`` sandboxes are kept forked ahead of the next runs, so a run starts on
+one that has already booted.
 
-- every read and write is non-blocking from the event loop, with bounded buffers
-  (:mod:`~dsh_actors.codemode.channel`); a child that stops reading or breaks the framing
-  ends its run with a ``worker-exit`` error, and the host never waits on it;
-- malformed messages are dropped; only a well-formed ``done`` settles the run; each call
-  id is answered at most once; unknown bindings are refused;
-- the wall ceiling, an abort and the compute budget kill the sandbox's PID namespace
-  (its PID 1 first), so nothing the program started survives the run;
+The host treats the sandbox as hostile, and bounds its own side of the run
+(:mod:`~dsh_actors.codemode.bounds`, the budgets in
+:class:`~dsh_actors.codemode.contract.CodeRuntimeConfig`):
+
+- every read and write is non-blocking from the event loop, in bounded pieces (a read
+  callback decodes at most 64 KiB, a frame is at most a call's argument cap); a child
+  that stops reading or breaks the framing ends its run with a ``worker-exit`` error;
+- a call is admitted (arguments, calls and bytes in flight) before its arguments are
+  parsed; its result is checked against the result cap; unknown bindings, duplicate or
+  out-of-order call ids and malformed frames are refused or dropped; only a well-formed
+  ``done`` settles the run;
+- the host CPU spent on the run's frames counts against its compute budget, beside the
+  program's own CPU (sampled from ``/proc``);
+- the wall ceiling, an abort and the compute budget kill the sandbox's launcher, and with
+  it the whole PID namespace, so nothing the program started survives the run;
 - every byte of output, framed or stray, counts against the log budget.
-
-One warm spare sandbox is kept booting in the background, so a run starts on an
-interpreter that is already up; each sandbox still serves exactly one run, and its
-``/work`` is a tmpfs of its own that no other run can see.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
-import os
 import signal as signals
-import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.signal import AbortSignal
 from . import isolation
+from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value
 from .channel import ChannelError, FrameReader, PipeWriter, encode_frame, read_available
-from .runtime import DIALECTS, Binding, check_run, CodeRuntimeConfig, Ledger, RunError, RunResult, settled
+from .contract import ERROR_KINDS, Binding, CodeRuntimeConfig, RunError, RunResult, check_run
+from .forkserver import ForkServer, Sandbox, ServerError
 
-__all__ = ["SubprocessRuntime"]
+__all__ = ["DIALECT", "SubprocessRuntime", "settled"]
+
+DIALECT = ("CPython 3 with its standard library, in a sandbox: files only under the working directory "
+           "and /tmp, no network, no processes, no installed packages")
+"""What the SDK text tells the model it writes."""
 
 _SAMPLE_S = 0.025
-_MAX_FRAME = 16 * 2**20
-_MAX_PENDING = 8 * 2**20
+_SLACK = 64 * 1024
 _SETUP_FAILED = 121
 NOBODY = (65534, 65534)
 
 
-def _ticks() -> int:
-    return os.sysconf("SC_CLK_TCK")
+def settled(message: Any, ledger: Ledger, cap: int) -> RunResult | None:
+    """The result a ``done`` message settles the run with, or ``None`` if it is malformed.
 
-
-class _Sandbox:
-    """One launched sandbox: its launcher process and the host's ends of its pipes."""
-
-    def __init__(self, process: subprocess.Popen[bytes], to_child: int, frames: int, stray: int) -> None:
-        self.process, self.to_child, self.frames, self.stray = process, to_child, frames, stray
-        self._program: int | None = None
-        self._reaper: int | None = None
-
-    @staticmethod
-    def _children(pid: int) -> list[int]:
-        try:
-            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
-    def reaper(self) -> int | None:
-        if self._reaper is None:
-            found = self._children(self.process.pid)
-            self._reaper = found[0] if found else None
-        return self._reaper
-
-    def program(self) -> int | None:
-        if self._program is None and (reaper := self.reaper()) is not None:
-            found = self._children(reaper)
-            self._program = found[0] if found else None
-        return self._program
-
-    def cpu_seconds(self) -> float:
-        pid = self.program()
-        if pid is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _ticks()
-        except (OSError, IndexError, ValueError):
-            return 0.0
-
-    def exit_code(self) -> int | None:
-        code = self.process.poll()
-        if code is not None and code > 128:
-            return -(code - 128)  # the launcher reports a program killed by signal N as 128+N
-        return code
-
-    def kill(self) -> None:
-        """Kill PID 1 of the sandbox's namespace (the kernel then kills everything in it),
-        and the launcher; never waits long."""
-        for pid in (self.reaper(), self.process.pid):
-            if pid is not None:
-                try:
-                    os.kill(pid, signals.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        for fd in (self.to_child, self.frames, self.stray):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    Only a well-formed ``done`` settles: ``value`` absent or a string, ``error`` absent
+    or ``{kind, message}`` with a known kind and a string message. A forged ``done`` may
+    carry both, and both are reported.
+    """
+    if not isinstance(message, dict):
+        return None
+    value, error = message.get("value"), message.get("error")
+    if value is not None and not isinstance(value, str):
+        return None
+    if error is not None and not (isinstance(error, dict) and error.get("kind") in ERROR_KINDS
+                                  and isinstance(error.get("message", ""), str)):
+        return None
+    run_error = RunError(error["kind"], cap_error(error.get("message", ""), cap)) if error is not None else None
+    return RunResult(ledger.logs, cap_value(value, cap) if value is not None else None, run_error)
 
 
 class SubprocessRuntime:
-    """Runs each program in a new, OS-isolated CPython process (see the module docs).
+    """Runs each program in a new, OS-isolated CPython sandbox (see the module docs).
 
     ``allow_missing`` names isolation mechanisms this host may lack; by default every
     mechanism must work, and construction raises
     :class:`~dsh_actors.codemode.isolation.SandboxUnavailableError` naming what is missing.
     ``outside_ids`` is the unprivileged uid/gid the program runs as when the host is root.
-    ``warm_spare`` keeps one sandbox booting ahead of the next run.
+    ``spares`` sandboxes are kept forked ahead of the next runs (``warm_spare=False``: none).
     """
 
     language = "python"
-    dialect = DIALECTS["cpython"]
+    dialect = DIALECT
 
     def __init__(self, config: CodeRuntimeConfig | None = None, *, allow_missing: Iterable[str] = (),
-                 outside_ids: tuple[int, int] = NOBODY, warm_spare: bool = True) -> None:
-        self.config = config or CodeRuntimeConfig(backend="cpython")
+                 outside_ids: tuple[int, int] = NOBODY, warm_spare: bool = True, spares: int = 2) -> None:
+        self.config = config = config or CodeRuntimeConfig(backend="cpython")
         self.outside_ids = outside_ids
-        self.warm_spare = warm_spare
         self.mechanisms = isolation.required(isolation.probe(outside_ids), allow_missing)
-        self.isolation = "os:" + "+".join(self.mechanisms) if self.mechanisms else "subprocess (no isolation)"
+        self._cgroups = isolation.cgroup_parents()
+        walls = list(self.mechanisms) + (["memcg"] if self._cgroups is not None else [])
+        self.isolation = "os:" + "+".join(walls) if self.mechanisms else "subprocess (no isolation)"
+        memory = int(config.max_memory_mb) * 2**20
+        limits = {"cpu_s": max(1, math.ceil(config.compute_ms / 1000) + 1),  # backstop; the host samples finer
+                  "memory_bytes": memory, "file_bytes": 16 * 2**20}
+        launch = isolation.launch_config(
+            mechanisms=self.mechanisms, root=isolation.mount_point(), outside_ids=outside_ids, limits=limits,
+            disk_mb=64, cgroups=self._cgroups.limits(memory, tasks=64) if self._cgroups is not None else ())
+        self._server = ForkServer(isolation.interpreter(), isolation.library_dirs(), launch)
+        self._spare_count = spares if warm_spare else 0
+        self._spares: collections.deque[Sandbox] = collections.deque()
+        self._booting = 0
+        self._lock = threading.Lock()
         self._closed = False
         self._runs: set[asyncio.Task[Any]] = set()
-        self._spare: _Sandbox | None = None
-        self._spare_lock = threading.Lock()
-        self._root = isolation.mount_point()
+        self._frame_cap = max(int(config.max_arg_bytes), 4 * int(config.max_value_bytes), _SLACK) + _SLACK
+        self._reply_cap = 2 * int(config.max_result_bytes) + _SLACK
 
     def close(self) -> None:
-        """Dispose: later runs raise; in-flight runs end as aborted; the spare is ended."""
+        """Dispose: later runs raise; in-flight runs end as aborted; spares and the server end."""
         self._closed = True
         for task in list(self._runs):
             task.cancel()
-        with self._spare_lock:
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.kill()
+        with self._lock:
+            spares, self._spares = list(self._spares), collections.deque()
+        for spare in spares:
+            spare.discard()
+        self._server.close()
+        if self._cgroups is not None:
+            cgroups = self._cgroups
+            threading.Timer(1.0, cgroups.close).start()  # once the killed runs' processes are gone
 
     async def run(self, program: str, bindings: Mapping[str, Binding],
                   signal: AbortSignal | None = None) -> RunResult:
@@ -162,146 +138,171 @@ class SubprocessRuntime:
             if self._closed:
                 return RunResult(error=RunError("abort", "runtime disposed"))
             raise
+        except ServerError as exc:
+            return RunResult(error=RunError("worker-exit", f"no sandbox could be started: {exc}"))
         finally:
             if task is not None:
                 self._runs.discard(task)
 
-    # --- launching --------------------------------------------------------------------
+    # --- sandboxes ----------------------------------------------------------------------
 
-    def _spawn(self) -> _Sandbox:
-        to_child_r, to_child_w = os.pipe()
-        frames_r, frames_w = os.pipe()
-        stray_r, stray_w = os.pipe()
-        config = self.config
-        limits = {"cpu_s": max(1, math.ceil(config.compute_ms / 1000) + 1),  # backstop; the host samples finer
-                  "memory_bytes": int(config.max_memory_mb) * 2**20, "file_bytes": 16 * 2**20}
-        launch = isolation.launch_config(mechanisms=self.mechanisms, root=self._root, frames_fd=frames_w,
-                                         outside_ids=self.outside_ids, limits=limits, disk_mb=64)
+    async def _take(self) -> Sandbox:
+        """A sandbox for this run: a spare if one is ready, else a fresh one; then top up."""
+        sandbox = None
+        with self._lock:
+            while self._spares and sandbox is None:
+                candidate = self._spares.popleft()
+                if candidate.alive():
+                    sandbox = candidate
+                else:
+                    candidate.discard()
+        if sandbox is None:
+            sandbox = await self._fresh()
+        self._top_up()
+        return sandbox
+
+    async def _fresh(self) -> Sandbox:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Sandbox] = loop.create_future()
+
+        def done(outcome: Sandbox | BaseException) -> None:
+            def deliver() -> None:
+                if answer.done():
+                    if isinstance(outcome, Sandbox):
+                        outcome.discard()
+                elif isinstance(outcome, BaseException):
+                    answer.set_exception(outcome)
+                else:
+                    answer.set_result(outcome)
+            try:
+                loop.call_soon_threadsafe(deliver)
+            except RuntimeError:  # the loop closed first: nobody will run in it
+                if isinstance(outcome, Sandbox):
+                    outcome.discard()
+
+        await loop.run_in_executor(None, self._server.request, done)  # may start the server: off the loop
         try:
-            process = subprocess.Popen(
-                [isolation.interpreter(), "-I", "-S", "-B", isolation.LAUNCHER, json.dumps(launch)],
-                stdin=to_child_r, stdout=stray_w, stderr=stray_w, pass_fds=(frames_w,), env={}, cwd="/",
-                start_new_session=True,
-            )
-        except BaseException:
-            for fd in (to_child_w, frames_r, stray_r):
-                os.close(fd)
+            return await answer
+        except asyncio.CancelledError:
+            if answer.done() and not answer.cancelled() and answer.exception() is None:
+                answer.result().discard()
             raise
-        finally:
-            for fd in (to_child_r, frames_w, stray_w):
-                os.close(fd)
-        for fd in (to_child_w, frames_r, stray_r):
-            os.set_blocking(fd, False)
-        return _Sandbox(process, to_child_w, frames_r, stray_r)
 
-    def _take(self) -> _Sandbox:
-        """A sandbox for this run: the warm spare if there is one, and start the next spare."""
-        with self._spare_lock:
-            spare, self._spare = self._spare, None
-        if spare is None or spare.process.poll() is not None:
-            if spare is not None:
-                spare.kill()
-            spare = self._spawn()
-        if self.warm_spare:
-            threading.Thread(target=self._prepare_spare, daemon=True).start()
-        return spare
+    def _top_up(self) -> None:
+        with self._lock:
+            wanted = self._spare_count - len(self._spares) - self._booting
+            self._booting += max(0, wanted)
+        for _ in range(max(0, wanted)):
+            if self._server.running:
+                self._ask_spare()
+            else:  # the server must start first: not on the event loop
+                threading.Thread(target=self._ask_spare, daemon=True).start()
 
-    def _prepare_spare(self) -> None:
-        if self._closed:
-            return
+    def _ask_spare(self) -> None:
+        def done(outcome: Sandbox | BaseException) -> None:
+            with self._lock:
+                self._booting -= 1
+                if isinstance(outcome, Sandbox) and not self._closed:
+                    self._spares.append(outcome)
+                    return
+            if isinstance(outcome, Sandbox):
+                outcome.discard()
+
         try:
-            fresh: _Sandbox | None = self._spawn()
-        except Exception:
-            return
-        with self._spare_lock:
-            if self._spare is None and not self._closed:
-                self._spare, fresh = fresh, None
-        if fresh is not None:
-            fresh.kill()
+            self._server.request(done)
+        except ServerError:
+            with self._lock:
+                self._booting -= 1
 
     # --- one run ------------------------------------------------------------------------
 
     async def _run(self, program: str, bindings: dict[str, Binding], signal: AbortSignal | None) -> RunResult:
         loop = asyncio.get_running_loop()
-        sandbox = self._take()
-        session = _Session(loop, sandbox, bindings, Ledger(int(self.config.max_log_bytes)))
+        sandbox = await self._take()
+        session = _Session(loop, sandbox, bindings, self.config, self._frame_cap, self._reply_cap)
         try:
             session.send({"t": "start", "program": program, "names": sorted(bindings),
-                          "max_value_bytes": int(self.config.max_value_bytes)})
+                          "max_value_bytes": int(self.config.max_value_bytes),
+                          "max_log_bytes": int(self.config.max_log_bytes),
+                          "max_arg_bytes": int(self.config.max_arg_bytes)})
             return await self._supervise(sandbox, session, signal)
         finally:
             session.close()
-            await loop.run_in_executor(None, sandbox.kill)
+            await sandbox.end()  # the run returns once none of its processes is left
 
-    async def _supervise(self, sandbox: _Sandbox, session: "_Session", signal: AbortSignal | None) -> RunResult:
+    async def _supervise(self, sandbox: Sandbox, session: "_Session", signal: AbortSignal | None) -> RunResult:
         config = self.config
         started = time.monotonic()
         wall_s, compute_s = config.max_wall_ms / 1000, config.compute_ms / 1000
         ledger = session.ledger
-        next_sample = started
-        while True:
+        while not session.outcome.done():
             if signal is not None and signal.aborted:
                 return RunResult(ledger.logs, error=RunError("abort", str(signal.reason)))
             now = time.monotonic()
             if now - started > wall_s:
-                return RunResult(ledger.logs, error=RunError("timeout", f"wall-clock ceiling reached ({int(config.max_wall_ms)}ms)"))
-            if now >= next_sample:  # the program's CPU, read from /proc every _SAMPLE_S (not per frame)
-                busy = sandbox.cpu_seconds()
-                if busy > compute_s:
-                    return RunResult(ledger.logs, error=RunError("timeout", f"compute budget exhausted ({int(busy * 1000)}ms busy)"))
-                next_sample = now + _SAMPLE_S
+                return RunResult(ledger.logs, error=RunError(
+                    "timeout", f"wall-clock ceiling reached ({int(config.max_wall_ms)}ms)"))
+            busy = sandbox.cpu_seconds() + session.meter.used_s  # the program's CPU and the host's for it
+            if busy > compute_s:
+                return RunResult(ledger.logs, error=RunError(
+                    "timeout", f"compute budget exhausted ({int(busy * 1000)}ms busy)"))
             try:
-                kind, message = session.inbox.get_nowait()  # a busy program's frames: no wait, no timer
-            except asyncio.QueueEmpty:
-                try:
-                    async with asyncio.timeout(next_sample - now):
-                        kind, message = await session.inbox.get()
-                except TimeoutError:
-                    continue
-            if kind == "frame" and isinstance(message, dict):
-                tag = message.get("t")
-                if tag == "log" and isinstance(message.get("text"), str):
-                    ledger.add(message["text"])
-                elif tag == "call":
-                    session.dispatch(message)
-                elif tag == "done" and (result := settled(message, ledger, int(config.max_value_bytes))) is not None:
-                    return result
-                # anything else is malformed: dropped
-            elif kind == "broken":
-                return RunResult(ledger.logs, error=RunError("worker-exit", f"sandbox stopped: {message}"))
-            elif kind == "closed":
-                return await self._ended(sandbox, ledger, compute_s, started + wall_s)
+                async with asyncio.timeout(min(_SAMPLE_S, max(0.0, started + wall_s - now))):
+                    await asyncio.shield(session.outcome)
+            except TimeoutError:
+                continue
+        kind, payload = session.outcome.result()
+        if kind == "done":
+            return payload
+        if kind == "broken":
+            return RunResult(ledger.logs, error=RunError("worker-exit", f"sandbox stopped: {payload}"))
+        return await self._ended(sandbox, ledger, compute_s, started + wall_s)
 
-    async def _ended(self, sandbox: _Sandbox, ledger: Ledger, compute_s: float, deadline: float) -> RunResult:
+    async def _ended(self, sandbox: Sandbox, ledger: Ledger, compute_s: float, deadline: float) -> RunResult:
         """The child closed its channel without a ``done``: why (waiting briefly, never blocking)."""
         busy = sandbox.cpu_seconds()
-        while (code := sandbox.exit_code()) is None and time.monotonic() < min(deadline, time.monotonic() + 2):
+        give_up = min(deadline, time.monotonic() + 2)
+        while (code := sandbox.exit_code()) is None and time.monotonic() < give_up:
             await asyncio.sleep(0.005)
+        if sandbox.oom_killed():
+            return RunResult(ledger.logs, error=RunError(
+                "worker-exit", f"memory budget exhausted ({int(self.config.max_memory_mb)} MB): the sandbox was killed"))
         if code == -signals.SIGXCPU or code == -signals.SIGKILL and busy >= compute_s:
-            return RunResult(ledger.logs, error=RunError("timeout", f"compute budget exhausted ({int(compute_s * 1000)}ms busy)"))
+            return RunResult(ledger.logs, error=RunError(
+                "timeout", f"compute budget exhausted ({int(compute_s * 1000)}ms busy)"))
         if code == _SETUP_FAILED:
             return RunResult(ledger.logs, error=RunError("worker-exit", "the sandbox could not be set up (see the logs)"))
         return RunResult(ledger.logs, error=RunError("worker-exit", f"worker exited with code {code} before completing"))
 
 
 class _Session:
-    """One run's traffic: reader callbacks feed the inbox; replies go out through the writer."""
+    """One run's traffic, handled as it arrives in bounded pieces (see the module docs)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sandbox: _Sandbox, bindings: dict[str, Binding],
-                 ledger: Ledger) -> None:
-        self.loop, self.sandbox, self.bindings, self.ledger = loop, sandbox, bindings, ledger
-        self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._decoder = FrameReader(_MAX_FRAME)
-        self._writer = PipeWriter(loop, sandbox.to_child, _MAX_PENDING, self._broken)
-        self._seen: set[int] = set()
+    def __init__(self, loop: asyncio.AbstractEventLoop, sandbox: Sandbox, bindings: dict[str, Binding],
+                 config: CodeRuntimeConfig, frame_cap: int, reply_cap: int) -> None:
+        self.loop, self.sandbox, self.bindings = loop, sandbox, bindings
+        self.ledger = Ledger(int(config.max_log_bytes))
+        self.meter = HostMeter()
+        self.gate = CallGate(config)
+        self.value_cap = int(config.max_value_bytes)
+        self.outcome: asyncio.Future[tuple[str, Any]] = loop.create_future()
+        self._printed = LogLines(self.ledger)
+        self._stray = LogLines(self.ledger)
+        self._decoder = FrameReader(frame_cap)
+        self._writer = PipeWriter(loop, sandbox.to_child, reply_cap, self._broken)
+        self._last_id = 0
         self._closed = False
         self._reading = {sandbox.frames, sandbox.stray}
         loop.add_reader(sandbox.frames, self._on_frames)
         loop.add_reader(sandbox.stray, self._on_stray)
 
+    def _settle(self, kind: str, payload: Any = None) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result((kind, payload))
+
     def _broken(self, error: ChannelError) -> None:
         self._stop_reading(self.sandbox.frames)
-        self.inbox.put_nowait(("broken", str(error)))
+        self._settle("broken", str(error))
 
     def _stop_reading(self, fd: int) -> None:
         if fd in self._reading:
@@ -309,54 +310,94 @@ class _Session:
             self.loop.remove_reader(fd)
 
     def _on_frames(self) -> None:
-        data = read_available(self.sandbox.frames)
-        if data is None:
-            self._stop_reading(self.sandbox.frames)
-            self.inbox.put_nowait(("closed", None))
-            return
-        try:
-            frames = self._decoder.feed(data)
-        except ChannelError as error:
-            self._broken(error)
-            return
-        for frame in frames:
-            self.inbox.put_nowait(("frame", frame))
+        with self.meter.charge():
+            data = read_available(self.sandbox.frames)
+            if data is None:
+                self._stop_reading(self.sandbox.frames)
+                self._printed.flush()
+                self._settle("closed")
+                return
+            try:
+                frames = self._decoder.feed(data)
+            except ChannelError as error:
+                self._broken(error)
+                return
+            for frame in frames:
+                if self.outcome.done():
+                    return
+                self._handle(frame)
+
+    def _handle(self, frame: Any) -> None:
+        if not isinstance(frame, dict):
+            return  # malformed: dropped
+        tag = frame.get("t")
+        if tag == "log" and isinstance(frame.get("text"), str):
+            self._printed.write(frame["text"])
+        elif tag == "call":
+            self._dispatch(frame)
+        elif tag == "done":
+            self._printed.flush()
+            self._stray.flush()
+            result = settled(frame, self.ledger, self.value_cap)
+            if result is not None:
+                self._settle("done", result)
 
     def _on_stray(self) -> None:
-        data = read_available(self.sandbox.stray)
-        if data is None:
-            self._stop_reading(self.sandbox.stray)
-        elif data:
-            self.ledger.add(data.decode("utf-8", "replace"))  # bounded by the ledger; the pipe keeps draining
+        with self.meter.charge():
+            data = read_available(self.sandbox.stray)
+            if data is None:
+                self._stop_reading(self.sandbox.stray)
+            elif data:
+                self._stray.write(data.decode("utf-8", "replace"))  # bounded by the ledger; the pipe keeps draining
 
     def send(self, message: dict[str, Any]) -> None:
         self._writer.write(encode_frame(message))
 
-    def dispatch(self, message: dict[str, Any]) -> None:
-        call_id, name = message.get("id"), message.get("name")
-        if not isinstance(call_id, int) or isinstance(call_id, bool) or call_id in self._seen:
-            return  # forged or duplicate: dropped
-        if len(self._seen) >= 100_000:
-            return  # a program forging ids forever gets no more answers
-        self._seen.add(call_id)
-        binding = self.bindings.get(name) if isinstance(name, str) else None
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        call_id, name = frame.get("id"), frame.get("name")
+        if not isinstance(call_id, int) or isinstance(call_id, bool) or call_id <= self._last_id \
+                or not isinstance(name, str):
+            return  # forged, duplicate or out of order: dropped
+        self._last_id = call_id
+        text, size = frame.get("json"), frame.get("size")
+        if not isinstance(text, str):  # the child's notice of a call too large to send
+            size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+            self._answer(call_id, False, self.gate.admit(name, max(size, self.gate.max_arg + 1)) or "")
+            return
+        binding = self.bindings.get(name)
         if binding is None:
             self._answer(call_id, False, f'unknown binding "tools.{name}"')
             return
-        task = self.loop.create_task(self._call(call_id, binding, message.get("args")))
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        refusal = self.gate.admit(name, size)
+        if refusal is not None:
+            self._answer(call_id, False, refusal)
+            return
+        task = self.loop.create_task(self._call(call_id, name, binding, text, size))
         _tasks.add(task)
         task.add_done_callback(_tasks.discard)
 
-    async def _call(self, call_id: int, binding: Binding, args: Any) -> None:
+    async def _call(self, call_id: int, name: str, binding: Binding, text: str, size: int) -> None:
         try:
+            with self.meter.charge():
+                args = json.loads(text)
             value = await binding(args)
         except Exception as exc:
             self._answer(call_id, False, str(exc))
             return
-        self._answer(call_id, True, value if isinstance(value, str) else str(value))
+        finally:
+            self.gate.done(size)
+        value = value if isinstance(value, str) else str(value)
+        refusal = self.gate.result_refusal(name, value)
+        if refusal is not None:
+            self._answer(call_id, False, refusal)
+        else:
+            self._answer(call_id, True, value)
 
     def _answer(self, call_id: int, ok: bool, value: str) -> None:
-        if not self._closed:  # replies after settlement are dropped
+        if self._closed:
+            return  # replies after settlement are dropped
+        with self.meter.charge():
             self.send({"t": "reply", "id": call_id, "ok": ok, ("value" if ok else "error"): value})
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from ..core.define import define_tool
 from ..core.errors import CodeRunFailedError, HarnessError
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolRunContext, text_block
-from .runtime import CodeRuntime
+from .contract import CodeRuntime, RunError, RunResult
 
 __all__ = ["RUN_CODE", "CodeRuntimeMissingError", "build_run_code", "check_runtime", "flatten", "summary"]
 
@@ -143,6 +143,8 @@ def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatc
         bindings = {name: _binding(name, run, ctx, send, log) for name in names}
         try:
             outcome = await code_runtime.run(args["code"], bindings, run.controller.signal)
+        except Exception as exc:  # a runtime's own failure is still this call's coded result
+            outcome = RunResult(error=RunError("worker-exit", f"the code runtime failed: {type(exc).__name__}: {exc}"))
         finally:
             run.controller.abort("run_code settled")
             if unfollow is not None:

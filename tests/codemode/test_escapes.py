@@ -216,7 +216,7 @@ def test_a_program_that_stops_reading_its_replies_never_blocks_the_host(cold):
         "keep = os.dup(0)\n"
         "os.dup2(os.open('/dev/null', os.O_RDONLY), 0)\n"
         "for i in range(1000, 1100):\n"
-        "    child._send({'t': 'call', 'id': i, 'name': 'big', 'args': {}})\n"
+        "    child._send({'t': 'call', 'id': i, 'name': 'big', 'json': '{}'})\n"
         "import time\n"
         "time.sleep(60)\n"
     )
@@ -305,6 +305,8 @@ runtime = SubprocessRuntime(outside_ids=(65532, 65532), allow_missing=("landlock
 print("label:", runtime.isolation)
 print("ran:", asyncio.run(runtime.run("import os\\nos.fork()", {})).error.message.splitlines()[-1])
 runtime.close()
+from dsh_actors.codemode.runtime import CodeRuntimeConfig, make_runtime
+print("auto:", type(make_runtime(CodeRuntimeConfig())).__name__)
 """
 
 
@@ -314,5 +316,6 @@ def test_a_host_without_landlock_is_refused_until_the_operator_accepts_it_by_nam
     lines = done.stdout.splitlines()
     assert lines[0].startswith("refused: SANDBOX_UNAVAILABLE dsh-code-runtime: this host cannot isolate untrusted "
                                "code: missing landlock (SetupError: landlock: not supported by this kernel)"), done
-    assert lines[1] == "label: os:userns+mountns+pidns+netns+ipcns+seccomp"  # says what it runs without
+    assert lines[1].removesuffix("+memcg") == "label: os:userns+mountns+pidns+netns+ipcns+seccomp"  # says what it lacks
     assert lines[2] == "ran: PermissionError: [Errno 1] Operation not permitted"  # the other walls still hold
+    assert lines[3] == "auto: MontyRuntime"  # the default falls back to the interpreter with no OS surface

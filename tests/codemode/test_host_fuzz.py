@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh_actors.codemode.channel import ChannelError, FrameReader, encode_frame
-from dsh_actors.codemode.runtime import CodeRuntimeConfig, Ledger, settled
-from dsh_actors.codemode.sandbox import SubprocessRuntime
+from dsh_actors.codemode.bounds import Ledger
+from dsh_actors.codemode.contract import CodeRuntimeConfig
+from dsh_actors.codemode.sandbox import SubprocessRuntime, settled
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.text(max_size=20) | st.binary(max_size=20),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,

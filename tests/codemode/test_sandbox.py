@@ -7,7 +7,8 @@ import pytest
 
 from dsh_actors import AbortController
 from dsh_actors.codemode.isolation import SandboxUnavailableError, required
-from dsh_actors.codemode.runtime import CodeRuntimeConfig, MontyRuntime, SubprocessRuntime, make_runtime
+from dsh_actors.codemode.runtime import (CodeRuntimeConfig, MontyRuntime, SubprocessRuntime, dialect, make_runtime,
+                                         resolved_backend)
 
 BUDGETS = dict(compute_ms=1500, max_wall_ms=20_000, max_log_bytes=4096, max_value_bytes=256, max_memory_mb=256)
 
@@ -27,14 +28,25 @@ def run(runtime, program, bindings=None, signal=None):
     return asyncio.run(runtime.run(program, {"echo": echo} if bindings is None else bindings, signal))
 
 
-def test_make_runtime_builds_the_backend_the_config_names():
-    assert isinstance(make_runtime(CodeRuntimeConfig()), MontyRuntime)  # the default for untrusted code
-    cpython = make_runtime(CodeRuntimeConfig(backend="cpython"))
-    assert isinstance(cpython, SubprocessRuntime)
-    assert cpython.isolation == "os:userns+mountns+pidns+netns+ipcns+landlock+seccomp"
-    cpython.close()
-    with pytest.raises(ValueError, match=r"config.backend must be one of \['monty', 'cpython'\], got 'node'"):
+def test_make_runtime_builds_the_backend_the_config_names_and_auto_is_the_cpython_sandbox_here():
+    auto = make_runtime(CodeRuntimeConfig())
+    assert isinstance(auto, SubprocessRuntime)  # this host has every wall: the default runs full CPython
+    assert auto.isolation.startswith("os:userns+mountns+pidns+netns+ipcns+landlock+seccomp")
+    auto.close()
+    assert isinstance(make_runtime(CodeRuntimeConfig(backend="monty")), MontyRuntime)
+    with pytest.raises(ValueError, match=r"config.backend must be one of \['auto', 'cpython', 'monty'\], got 'node'"):
         CodeRuntimeConfig(backend="node")
+
+
+def test_auto_falls_back_to_monty_where_a_wall_is_missing_unless_the_operator_accepts_it(monkeypatch):
+    from dsh_actors.codemode import isolation
+
+    lacking = {name: "ok" for name in isolation.MECHANISMS} | {"landlock": "landlock: not supported by this kernel"}
+    monkeypatch.setattr(isolation, "probe", lambda *a: lacking)
+    assert resolved_backend(CodeRuntimeConfig()) == "monty"
+    assert resolved_backend(CodeRuntimeConfig(allow_missing=("landlock",))) == "cpython"
+    assert resolved_backend(CodeRuntimeConfig(backend="cpython")) == "cpython"  # and then refuses, naming it
+    assert dialect(CodeRuntimeConfig()).startswith("Monty, a subset of Python 3")
 
 
 def test_a_program_prints_calls_bindings_and_returns_a_value(runtime):

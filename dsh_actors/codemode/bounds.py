@@ -1,0 +1,186 @@
+"""The host's side of a run, bounded the same way on every backend.
+
+The host process (on Ray, the node's executor: every agent's calls run there) must not be
+exhausted or stalled by one program. The pieces each backend's host code uses:
+
+- :class:`CallGate` admits a sub-call only when its arguments (measured as JSON text, not
+  yet parsed or copied), the calls in flight and their bytes are within the run's caps,
+  and refuses an oversized result; a refused call fails alone, with a code in its text.
+- :class:`Ledger` keeps printed lines within ``max_log_bytes``, a line costing its bytes
+  plus one, and :class:`LogLines` assembles printed chunks into lines without ever
+  re-joining what it already holds.
+- :class:`HostMeter` measures the host CPU spent on a run's traffic (decoding frames,
+  assembling logs, admitting calls), which counts against the run's compute budget.
+- :func:`cap_value` / :func:`cap_error` cut texts on a code-point boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from .contract import CodeRuntimeConfig
+
+__all__ = ["TRUNCATED", "VALUE_MARKER", "CallGate", "HostMeter", "Ledger", "LogLines", "cap_error", "cap_value",
+           "utf8_size"]
+
+TRUNCATED = "[dsh-code-runtime] log capture truncated at {n} bytes"
+VALUE_MARKER = "… [truncated]"
+
+
+def utf8_size(text: str) -> int:
+    """``len(text.encode("utf-8"))`` without making the copy for ASCII text."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class Ledger:
+    """The run's printed lines within its log budget; forged or stray output counts too."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.logs: list[str] = []
+        self.full = False
+
+    def room(self) -> int:
+        """Bytes a next line may still have (its newline's byte aside)."""
+        return max(0, self.limit - self.used - 1)
+
+    def add(self, text: str) -> None:
+        if self.full:
+            return
+        size = utf8_size(text) + 1  # an empty line costs its newline: the budget bounds lines too
+        if self.used + size > self.limit:
+            self.truncate()
+            return
+        self.used += size
+        self.logs.append(text)
+
+    def truncate(self) -> None:
+        """Record the truncation marker; nothing more is kept."""
+        if not self.full:
+            self.logs.append(TRUNCATED.format(n=self.limit))
+            self.full = True
+
+
+class LogLines:
+    """Printed chunks as ledger lines, one per line, in order.
+
+    Only the new chunk is searched for newlines, and a line that can no longer fit the
+    budget stops being kept as it grows (the ledger then records its truncation marker), so
+    a 16 MB line printed in many chunks costs the host work in proportion to its size once.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._parts: list[str] = []
+        self._size = 0
+        self._overflow = False
+
+    def write(self, text: str) -> None:
+        if self.ledger.full or not text:
+            return
+        *complete, rest = text.split("\n")
+        for piece in complete:
+            self._keep(piece)
+            self._end_line()
+            if self.ledger.full:
+                return
+        self._keep(rest)
+
+    def _keep(self, piece: str) -> None:
+        if self._overflow or not piece:
+            return
+        self._size += utf8_size(piece)
+        if self._size > self.ledger.room():
+            self._overflow = True  # this line will not fit: stop holding it
+            self._parts.clear()
+        else:
+            self._parts.append(piece)
+
+    def _end_line(self) -> None:
+        if self._overflow:
+            self.ledger.truncate()
+        else:
+            self.ledger.add("".join(self._parts))
+        self._parts.clear()
+        self._size = 0
+        self._overflow = False
+
+    def flush(self) -> None:
+        """End a last line that had no newline."""
+        if self._parts or self._overflow:
+            self._end_line()
+
+
+class HostMeter:
+    """Host CPU seconds spent on one run's traffic (the running thread's CPU clock)."""
+
+    def __init__(self) -> None:
+        self.used_s = 0.0
+
+    @contextmanager
+    def charge(self) -> Iterator[None]:
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self.used_s += time.thread_time() - started
+
+
+class CallGate:
+    """Admission of a run's sub-calls, checked before their arguments are parsed or queued."""
+
+    def __init__(self, config: CodeRuntimeConfig) -> None:
+        self.max_arg = int(config.max_arg_bytes)
+        self.max_result = int(config.max_result_bytes)
+        self.max_calls = int(config.max_calls_in_flight)
+        self.max_bytes = int(config.max_bytes_in_flight)
+        self.calls = 0
+        self.bytes = 0
+
+    def admit(self, name: str, size: int) -> str | None:
+        """``None`` when a call of ``size`` argument bytes may go (it is then in flight
+        until :meth:`done`), else the refusal the program reads."""
+        if size > self.max_arg:
+            return (f"Error: tools.{name}() arguments are {size} bytes as JSON, over this run's limit of "
+                    f"{self.max_arg} (max_arg_bytes) [ARGS_TOO_LARGE]; pass less, e.g. a path instead of content")
+        if self.calls >= self.max_calls:
+            return (f"Error: tools.{name}() not started: {self.calls} calls of this run are already in flight, its "
+                    f"limit (max_calls_in_flight) [TOO_MANY_CALLS]; await some before starting more")
+        if self.bytes + size > self.max_bytes:
+            return (f"Error: tools.{name}() not started: the arguments of this run's calls in flight would be "
+                    f"{self.bytes + size} bytes, over its limit of {self.max_bytes} (max_bytes_in_flight) "
+                    f"[TOO_MANY_BYTES]; await some before starting more")
+        self.calls += 1
+        self.bytes += size
+        return None
+
+    def done(self, size: int) -> None:
+        self.calls -= 1
+        self.bytes -= size
+
+    def result_refusal(self, name: str, text: str) -> str | None:
+        size = utf8_size(text)
+        if size <= self.max_result:
+            return None
+        return (f"Error: tools.{name}() returned {size} bytes, over this run's limit of {self.max_result} "
+                f"(max_result_bytes) [RESULT_TOO_LARGE]; ask the tool for less")
+
+
+def cap_value(text: str, cap: int) -> str:
+    """A value's rendering cut on a code-point boundary with a marker; a value already cut
+    (within the marker's length of slack) passes unchanged."""
+    if len(text) <= cap // 4:
+        return text  # at most 4 bytes a code point: fits without encoding it
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= cap + len(VALUE_MARKER.encode("utf-8")):
+        return text
+    return data[:cap].decode("utf-8", "ignore") + VALUE_MARKER
+
+
+def cap_error(text: str, cap: int) -> str:
+    """An error text cut to exactly ``cap`` bytes on a code-point boundary (no marker)."""
+    return text.encode("utf-8", "surrogatepass")[:cap].decode("utf-8", "ignore")
+
