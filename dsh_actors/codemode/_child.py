@@ -180,10 +180,14 @@ def _binding(name, call):
     return binding
 
 
-def render_text(value):
-    """A returned value as the model reads it: a str as it is, anything else pprint-ed."""
+def render_text(value, limit=None):
+    """A returned value as the model reads it: a str as it is; anything else pprint-ed,
+    or, for a value too large to pretty-print within ``limit``, its repr written only as
+    far as the limit (so a value of millions of items costs the run a bounded rendering)."""
     if isinstance(value, str):
         return value
+    if limit is not None and not _small(value, 20_000):
+        return _Bounded(limit).render(value)
     try:
         import pprint
         return pprint.pformat(value, depth=4, width=100, compact=True)
@@ -194,8 +198,87 @@ def render_text(value):
             return f"<{type(value).__name__} that cannot be shown: {type(exc).__name__}: {exc}>"
 
 
+def _small(value, budget):
+    """Whether ``value`` holds at most ``budget`` items in all (counting stops at the budget)."""
+    stack, seen = [value], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple, set, frozenset)):
+            seen += len(item)
+            if seen > budget:
+                return False
+            stack.extend(item)
+        elif isinstance(item, dict):
+            seen += len(item)
+            if seen > budget:
+                return False
+            stack.extend(item.values())
+    return True
+
+
+class _Full(Exception):
+    pass
+
+
+class _Bounded:
+    """repr(), written part by part and stopped once ``limit`` characters are out."""
+
+    def __init__(self, limit):
+        self.limit, self.parts, self.size = limit, [], 0
+
+    def render(self, value):
+        try:
+            self._write(value, 0)
+        except _Full:
+            pass
+        except RecursionError:
+            self._put("…")
+        return "".join(self.parts)
+
+    def _put(self, text):
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > self.limit:
+            raise _Full
+
+    def _write(self, value, depth):
+        if depth > 50:
+            self._put("...")
+            return
+        if isinstance(value, (list, tuple)):
+            opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+            self._put(opening)
+            for index, item in enumerate(value):
+                if index:
+                    self._put(", ")
+                self._write(item, depth + 1)
+            self._put("," + closing if isinstance(value, tuple) and len(value) == 1 else closing)
+        elif isinstance(value, dict):
+            self._put("{")
+            for index, (key, item) in enumerate(value.items()):
+                if index:
+                    self._put(", ")
+                self._write(key, depth + 1)
+                self._put(": ")
+                self._write(item, depth + 1)
+            self._put("}")
+        elif isinstance(value, (set, frozenset)) and value:
+            self._put("{" if isinstance(value, set) else "frozenset({")
+            for index, item in enumerate(value):
+                if index:
+                    self._put(", ")
+                self._write(item, depth + 1)
+            self._put("}" if isinstance(value, set) else "})")
+        else:
+            try:
+                text = repr(value)
+            except Exception as exc:
+                text = f"<{type(value).__name__} that cannot be shown: {type(exc).__name__}>"
+            self._put(text)
+
+
 def _render(value, limit):
-    text = render_text(value)
+    text = render_text(value, limit)
     if len(text) <= limit // 4:
         return text
     data = text.encode("utf-8", "replace")

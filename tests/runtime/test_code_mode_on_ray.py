@@ -50,17 +50,24 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
             assert sum(ray.get([q.runs.remote() for q in queues], timeout=T)) == 0
 
 
-def test_the_default_monty_backend_runs_programs_in_the_workers_and_says_so_in_the_sdk(ray_cluster):
-    registry = ToolRegistry.connect(f"monty-{time.monotonic_ns()}", mode="code", code_runtime=CodeRuntimeConfig())
+def test_the_default_backend_on_ray_is_the_cpython_sandbox_and_monty_says_what_it_lacks(ray_cluster):
+    registry = ToolRegistry.connect(f"auto-{time.monotonic_ns()}", mode="code", code_runtime=CodeRuntimeConfig())
+    monty = ToolRegistry.connect(f"monty-{time.monotonic_ns()}", mode="code",
+                                 code_runtime=CodeRuntimeConfig(backend="monty", retry_unsupported=False))
     try:
-        registry.register(echo()).result(T)
-        result = run_code(registry.scope("m1"), 'print(await tools.echo(text="a"))\nreturn {"n": 1}')
+        for r in (registry, monty):
+            r.register(echo()).result(T)
+        generator = "def gen():\n    yield 1\nreturn list(gen())"
+        assert run_code(registry, generator).text == "[1]"  # what models write runs by default
+        assert registry.sdk().result(T).startswith("The language: CPython 3 with its standard library")
+        result = run_code(monty.scope("m1"), 'print(await tools.echo(text="a"))\nreturn {"n": 1}')
         assert not result.is_error and result.meta == {"logs": ["a"]} and result.text.endswith("{'n': 1}")
-        unsupported = run_code(registry, "def gen():\n    yield 1\nreturn 1")
-        assert unsupported.error["code"] == "CODE_RUN_FAILED" and "Monty, a subset of Python" in unsupported.text
-        assert registry.sdk().result(T).startswith("The language: Monty, a subset of Python 3")
+        unsupported = run_code(monty, generator)
+        assert unsupported.error["code"] == "CODE_RUN_FAILED" and "this sandbox runs Monty" in unsupported.text
+        assert monty.sdk().result(T).startswith("The language: Monty, a subset of Python 3")
     finally:
         registry.shutdown()
+        monty.shutdown()
 
 
 def test_the_reserved_transport_is_protected_on_ray(code_registry):

@@ -177,8 +177,8 @@ def oracle(source: str) -> tuple[list[str], str | None]:
 
     calls = bindings()
 
-    async def call(name: str, args: Any) -> str:
-        return await calls[name](args)
+    async def call(name: str, text: str) -> str:  # the sandbox's bindings send their arguments as JSON
+        return await calls[name](json.loads(text))
 
     printed = io.StringIO()
     namespace: dict[str, Any] = {"__name__": "__sandbox__", "print": _printer(printed)}
