@@ -142,8 +142,13 @@ class Sandbox:
         if watched < 0:
             return
         loop = asyncio.get_running_loop()
-        gone = loop.create_future()
-        loop.add_reader(watched, lambda: gone.done() or gone.set_result(None))
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def exited() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(watched, exited)
         try:
             await asyncio.wait([gone], timeout=timeout_s)
         finally:
@@ -297,7 +302,7 @@ class ForkServer:
                     self._exits[message["pid"]] = (int(message["code"]), bool(message.get("oom")))
             return
         with self._lock:
-            done = self._waiting.pop(message.get("id"), None)
+            done = self._waiting.pop(int(message.get("id", -1)), None)
         if op == "spawned" and len(fds) == 4:
             with self._lock:
                 self._live.add(message["pid"])

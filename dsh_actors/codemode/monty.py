@@ -206,6 +206,10 @@ class _Workers:
         self._thread.join(5)
 
 
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def _children_running(binary: str) -> list[int]:
     """This process's child processes running ``binary``."""
     found = []
@@ -344,7 +348,8 @@ class _Run:
         try:
             with self.meter.charge():
                 args = json.loads(text)
-            answer = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(binding(args), self.caller))
+            answer: Any = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_awaited(binding(args)),
+                                                                                  self.caller))
         finally:
             self.gate.done(size)
         answer = answer if isinstance(answer, str) else str(answer)
