@@ -143,19 +143,33 @@ class CallGate:
     def admit(self, name: str, size: int) -> str | None:
         """``None`` when a call of ``size`` argument bytes may go (it is then in flight
         until :meth:`done`), else the refusal the program reads."""
+        refusal = self.refusal(name, size)
+        if refusal is None:
+            self.calls += 1
+            self.bytes += size
+        return refusal
+
+    def refusal(self, name: str, size: int) -> str | None:
+        """Why a call of ``size`` argument bytes may not go now (``None``: it may)."""
         if size > self.max_arg:
+            return self.text("ARGS_TOO_LARGE", name, size)
+        if self.calls >= self.max_calls:
+            return self.text("TOO_MANY_CALLS", name, size)
+        if self.bytes + size > self.max_bytes:
+            return self.text("TOO_MANY_BYTES", name, size)
+        return None
+
+    def text(self, code: str, name: str, size: int) -> str:
+        """The refusal the program reads for ``code``, a call of ``size`` argument bytes."""
+        if code == "ARGS_TOO_LARGE":
             return (f"Error: tools.{name}() arguments are {size} bytes as JSON, over this run's limit of "
                     f"{self.max_arg} (max_arg_bytes) [ARGS_TOO_LARGE]; pass less, e.g. a path instead of content")
-        if self.calls >= self.max_calls:
-            return (f"Error: tools.{name}() not started: {self.calls} calls of this run are already in flight, its "
-                    f"limit (max_calls_in_flight) [TOO_MANY_CALLS]; await some before starting more")
-        if self.bytes + size > self.max_bytes:
-            return (f"Error: tools.{name}() not started: the arguments of this run's calls in flight would be "
-                    f"{self.bytes + size} bytes, over its limit of {self.max_bytes} (max_bytes_in_flight) "
-                    f"[TOO_MANY_BYTES]; await some before starting more")
-        self.calls += 1
-        self.bytes += size
-        return None
+        if code == "TOO_MANY_CALLS":
+            return (f"Error: tools.{name}() not started: {self.max_calls} calls of this run are already in flight, "
+                    f"its limit (max_calls_in_flight) [TOO_MANY_CALLS]; await some before starting more")
+        return (f"Error: tools.{name}() not started: the arguments of this run's calls in flight would be over its "
+                f"limit of {self.max_bytes} bytes (max_bytes_in_flight) [TOO_MANY_BYTES]; await some before "
+                "starting more")
 
     def done(self, size: int) -> None:
         self.calls -= 1

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..core.signal import AbortSignal
+from ._child import render_text
 from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value
 from .contract import Binding, CodeRuntime, CodeRuntimeConfig, RunError, RunResult, check_run
 
@@ -65,6 +66,9 @@ DIALECT = (
 """What the SDK text tells the model it writes (checked against Monty by the test suite)."""
 
 _PRELUDE = '''\
+__dsh_flight__ = [0, 0]
+
+
 class tools:
     def __init__(self, names):
         for name in names:
@@ -75,9 +79,20 @@ class tools:
             if args and kwargs or len(args) > 1:
                 raise TypeError("tools." + name + "() takes keyword arguments or one arguments dict")
             text = json.dumps(args[0] if args else kwargs)
-            if len(text) > __dsh_max_arg__:
-                return await __dsh_call__(name, None, len(text))
-            return await __dsh_call__(name, text, 0)
+            size = len(text)
+            if size > __dsh_max_arg__:
+                return await __dsh_call__(name, None, size, "ARGS_TOO_LARGE")
+            if __dsh_flight__[0] >= __dsh_max_calls__:
+                return await __dsh_call__(name, None, size, "TOO_MANY_CALLS")
+            if __dsh_flight__[1] + size > __dsh_max_bytes__:
+                return await __dsh_call__(name, None, size, "TOO_MANY_BYTES")
+            __dsh_flight__[0] += 1
+            __dsh_flight__[1] += size
+            try:
+                return await __dsh_call__(name, text, 0, None)
+            finally:
+                __dsh_flight__[0] -= 1
+                __dsh_flight__[1] -= size
         return binding
 
 
@@ -92,13 +107,18 @@ async def __dsh_render__():
     if isinstance(value, str):
         return value[:__dsh_cap__]
     try:
-        return repr(value)[:__dsh_cap__]
+        text = repr(value)
     except Exception as exc:
         return "<" + type(value).__name__ + " that cannot be shown: " + type(exc).__name__ + ": " + str(exc) + ">"
+    if len(text) <= __dsh_small__:
+        return [value]
+    return text[:__dsh_cap__]
 await __dsh_render__()
 '''
 _OFFSET = _PRELUDE.count("\n") + _HEAD.count("\n")  # program line 1 is the line after these
 _DIALECT_NOTE = "this sandbox runs Monty, a subset of Python"
+_REFUSALS = ("ARGS_TOO_LARGE", "TOO_MANY_CALLS", "TOO_MANY_BYTES")
+_SMALL = 16 * 1024  # a value whose repr is at most this long comes back as a value, pretty-printed by the host
 _TYPES = {name: kind for name, kind in vars(builtins).items() if isinstance(kind, type)}
 
 
@@ -330,16 +350,16 @@ class _Run:
         with self.meter.charge():
             self.lines.write(text if isinstance(text, str) else str(text))
 
-    async def call(self, name: Any, text: Any, size: Any) -> str:
+    async def call(self, name: Any, text: Any, size: Any, why: Any = None) -> str:
         """A binding's call, arriving from the worker: admitted on its size before its
         arguments are parsed, then run by the caller's own loop."""
         with self.meter.charge():
             binding = self.bindings.get(name) if isinstance(name, str) else None
             if binding is None:
                 raise AttributeError(f'unknown binding "tools.{name}"')
-            if not isinstance(text, str):  # the prelude's notice of a call over the cap, or a forged one
+            if not isinstance(text, str):  # the prelude's notice of a call it may not send, or a forged one
                 size = size if isinstance(size, int) and not isinstance(size, bool) else 0
-                raise RuntimeError(self.gate.admit(name, max(size, self.gate.max_arg + 1)))
+                raise RuntimeError(self.gate.text(why if why in _REFUSALS else "ARGS_TOO_LARGE", name, size))
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             refusal = self.gate.admit(name, size)
             if refusal is not None:
@@ -367,8 +387,9 @@ class _Run:
         snippet = _PRELUDE + _HEAD + indent_body(program) + _EPILOGUE
         limits = {"max_feed_duration_secs": config.compute_ms / 1000, "max_memory": int(config.max_memory_mb) * 2**20,
                   "max_suspensions": 100_000}
-        inputs = {"__dsh_names__": sorted(self.bindings), "__dsh_cap__": int(config.max_value_bytes) + 64,  # the host cuts with a marker
-                  "__dsh_max_arg__": int(config.max_arg_bytes)}
+        inputs = {"__dsh_names__": sorted(self.bindings), "__dsh_cap__": int(config.max_value_bytes) + 64,  # cut by the host
+                  "__dsh_small__": min(int(config.max_value_bytes), _SMALL), "__dsh_max_arg__": int(config.max_arg_bytes),
+                  "__dsh_max_calls__": int(config.max_calls_in_flight), "__dsh_max_bytes__": int(config.max_bytes_in_flight)}
         try:
             async with workers.pool.checkout(limits=limits) as session:
                 workers.bound_workers(int(config.max_memory_mb) * 2**20)
@@ -385,7 +406,10 @@ class _Run:
             return self.failed(RunError("worker-exit", cap_error(f"monty: {type(exc).__name__}: {exc}",
                                                                  int(config.max_value_bytes))))
         self.lines.flush()
-        if value is not None and not isinstance(value, str):  # only the epilogue's string comes back
+        if isinstance(value, list) and len(value) == 1:  # a small value (its repr is short): rendered as CPython's is
+            with self.meter.charge():
+                value = render_text(value[0])
+        elif value is not None and not isinstance(value, str):  # only the epilogue's shapes come back
             value = f"<a {type(value).__name__} value>"
         return RunResult(list(self.ledger.logs), None if value is None else cap_value(value, int(config.max_value_bytes)))
 

@@ -362,7 +362,7 @@ class _Session:
         text, size = frame.get("json"), frame.get("size")
         if not isinstance(text, str):  # the child's notice of a call too large to send
             size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
-            self._answer(call_id, False, self.gate.admit(name, max(size, self.gate.max_arg + 1)) or "")
+            self._answer(call_id, False, self.gate.text("ARGS_TOO_LARGE", name, size))
             return
         binding = self.bindings.get(name)
         if binding is None:
