@@ -1,6 +1,8 @@
 """The pure layer never imports ray: proven in a fresh interpreter where ray cannot load."""
 
 import pkgutil
+
+import pytest
 import subprocess
 import sys
 
@@ -64,13 +66,14 @@ def test_core_is_the_ground_floor_it_imports_nothing_above_it():
         assert not above, f"{path.name} imports {sorted(above)}"
 
 
-def test_the_runtime_layer_has_no_import_circle():
+@pytest.mark.parametrize("package", ["runtime", "codemode"])
+def test_the_runtime_layer_and_code_mode_have_no_import_circle(package):
+    import importlib
     from pathlib import Path
 
-    import dsh_actors.runtime
-
-    folder = Path(dsh_actors.runtime.__file__).parent
-    graph = {f"dsh_actors.runtime.{p.stem}": {m for m in _imports_of(p) if m.startswith("dsh_actors.runtime.")}
+    folder = Path(importlib.import_module(f"dsh_actors.{package}").__file__).parent
+    prefix = f"dsh_actors.{package}."
+    graph = {prefix + p.stem: {m for m in _imports_of(p) if m.startswith(prefix)}
              for p in folder.glob("*.py") if p.stem != "__init__"}
     state = {}
 
