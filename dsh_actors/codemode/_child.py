@@ -30,7 +30,7 @@ CHUNK = 64 * 1024
 
 
 def _send(message):
-    payload = msgpack.packb(message, use_bin_type=True)
+    payload = msgpack.packb(message, use_bin_type=True, unicode_errors="surrogatepass")
     data = struct.pack(">I", len(payload)) + payload
     with _write_lock:
         while data:
@@ -57,7 +57,7 @@ def _read_frame(stream):
     if size > MAX_FRAME:
         return None
     body = _read_exact(stream, size)
-    return None if body is None else msgpack.unpackb(body, raw=False)
+    return None if body is None else msgpack.unpackb(body, raw=False, unicode_errors="surrogatepass")
 
 
 class _Capture(io.TextIOBase):

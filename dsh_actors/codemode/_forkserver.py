@@ -29,6 +29,7 @@ import _boot  # noqa: E402
 
 _boot.prepare(CONFIG["launch"])
 
+import collections  # noqa: E402
 import os  # noqa: E402
 import selectors  # noqa: E402
 import signal  # noqa: E402
@@ -53,7 +54,7 @@ def _program(frames_fd):
     _child.finish()
 
 
-def _launch(server, to_child_r, frames_w, stray_w):
+def _launch(server, slot, to_child_r, frames_w, stray_w):
     """In the forked launcher: the run's fds in place, every other fd closed, then the walls."""
     try:
         signal.set_wakeup_fd(-1)
@@ -65,7 +66,11 @@ def _launch(server, to_child_r, frames_w, stray_w):
         os.dup2(stray_w, 2)
         os.dup2(frames_w, _walls.FRAMES_FD)
         os.closerange(_walls.FRAMES_FD + 1, 1 << 20)
-        launch = _walls.Launch(CONFIG["launch"])
+        config = dict(CONFIG["launch"])
+        if config["outside_ids"] is None:  # ids of this run's own (a slot freed when it ends)
+            base = config["outside_range"][0] + slot
+            config["outside_ids"] = [base, base]
+        launch = _walls.Launch(config)
         launch.join_cgroups()
         launch.run(_program)
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the launcher reports it and ends
@@ -78,18 +83,26 @@ class Server:
         self.control = control
         self.cgroups = [parent for parent, _ in CONFIG["launch"].get("cgroups", ())]
         self.leftover = []  # run cgroups not yet removable (their processes are still dying)
+        # outside ids: the longest free is used first, so an id is never reused soon after its run
+        self.free_slots = collections.deque(range(CONFIG["launch"]["outside_range"][1]))
+        self.slots = {}  # launcher pid -> its slot
 
     def send(self, message, fds=()):
         socket.send_fds(self.control, [msgpack.packb(message)], list(fds))
 
     def spawn(self, request_id):
         pipes = []
+        if not self.free_slots:
+            self.send({"op": "failed", "id": request_id, "error": "every outside id is in use by a running sandbox"})
+            return
+        slot = self.free_slots.popleft()
         try:
             for _ in range(3):
                 pipes.append(os.pipe())
             server = os.getpid()
             pid = os.fork()
         except OSError as exc:
+            self.free_slots.append(slot)
             for pair in pipes:
                 for fd in pair:
                     os.close(fd)
@@ -97,7 +110,8 @@ class Server:
             return
         (to_child_r, to_child_w), (frames_r, frames_w), (stray_r, stray_w) = pipes
         if pid == 0:
-            _launch(server, to_child_r, frames_w, stray_w)
+            _launch(server, slot, to_child_r, frames_w, stray_w)
+        self.slots[pid] = slot
         for fd in (to_child_r, frames_w, stray_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -116,6 +130,8 @@ class Server:
             if pid == 0:
                 return
             code = os.waitstatus_to_exitcode(status)
+            if pid in self.slots:
+                self.free_slots.append(self.slots.pop(pid))
             runs = [os.path.join(parent, f"run-{pid}") for parent in self.cgroups]
             self.send({"op": "exited", "pid": pid, "code": code, "oom": any(_oom_killed(run) for run in runs)})
             self.leftover.extend(runs)

@@ -19,7 +19,9 @@ One run's processes (the fork server forks the first for each sandbox)::
           (files: read the install, write /work and /tmp; no TCP; no signals or abstract
           sockets outside the domain), rlimits, and a seccomp filter (no process
           creation, exec, ptrace, mount, namespaces, keyrings, BPF, io_uring, memfd,
-          System V or POSIX IPC, only AF_UNIX sockets...). Then it runs the program.
+          System V or POSIX IPC, inotify, only AF_UNIX sockets...). The user namespace
+          is made after dropping to the run's outside id, so what the kernel counts per
+          user is charged to that id, never to root. Then it runs the program.
 
 Memory outside the address-space limit: where the host has memory (and pids) cgroups,
 the launcher puts the run in cgroups of its own, limited to the memory budget (so
@@ -46,10 +48,13 @@ import pyseccomp
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP = 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAPABILITY_V3 = 0x20080522
 SETUP_FAILED = 121
 INSIDE_ID = 1000
 FRAMES_FD = 3
@@ -294,14 +299,30 @@ class Launch:
     # --- the program's part: no privileges, then the filters --------------------------------
 
     def _enter_userns(self, to_reaper, from_reaper):
+        uid, gid = self.config["outside_ids"]
         if os.geteuid() == 0 and self.config["host_root"]:
             os.setgroups([])
+        # Unprivileged outside first: the user namespace is then owned by, and its kernel
+        # counts (timers, inotify, pipes...) charged to, the run's outside id, not root.
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
         _check(self.libc.unshare(CLONE_NEWUSER), "unshare(user namespace)")
         os.write(to_reaper, b"u")
         if os.read(from_reaper, 1) != b"k":
             raise SetupError("user namespace: the reaper could not write the id maps")
         os.setresgid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
         os.setresuid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
+        self._drop_capabilities()
+
+    def _drop_capabilities(self):
+        """No capability anywhere: the creator of a user namespace holds them all inside
+        it, and a uid change there does not clear them (its uid 0 is not mapped)."""
+        for cap in range(64):
+            self.libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
+        self.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
+        data = (ctypes.c_uint32 * 6)()
+        _check(self.libc.capset(header, data), "capset")
 
     def _program(self, to_reaper, from_reaper, program_main):
         """Runs in the program process: drop everything, then run the program (or report)."""
@@ -358,10 +379,15 @@ class Launch:
                 rules.add_rule(denied, name)
             except (OSError, ValueError, RuntimeError):
                 pass  # a syscall this libseccomp does not know: this architecture has no such call
-        # Threads only: clone without CLONE_THREAD would be a new process. clone3 passes its
-        # flags in memory the filter cannot read, so it answers ENOSYS and libc falls back to clone.
+        # Threads only: clone without CLONE_THREAD would be a new process, and a thread may not
+        # take a namespace of its own. clone3 passes its flags in memory the filter cannot read,
+        # so it answers ENOSYS and libc falls back to clone.
         rules.add_rule(denied, "clone", sc.Arg(0, sc.MASKED_EQ, 0x00010000, 0))
+        for flag in (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+                     CLONE_NEWCGROUP):
+            rules.add_rule(denied, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
         rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        rules.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)  # another ABI's calls end the process, not a thread
         for call in ("socket", "socketpair"):
             rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, sc.Arg(0, sc.NE, socket.AF_UNIX))
         rules.load()
@@ -377,6 +403,7 @@ class Launch:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (64, 64))  # posix timers and queued signals
 
 
 DENIED = (
@@ -390,6 +417,8 @@ DENIED = (
     "memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
     "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
     "mq_notify", "mq_getsetattr", "vmsplice",
+    # watching files other runs (or the host) open
+    "inotify_init", "inotify_init1", "inotify_add_watch",
     # kernel facilities a program never needs
     "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module",

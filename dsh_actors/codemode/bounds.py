@@ -23,10 +23,29 @@ from typing import Iterator
 from .contract import CodeRuntimeConfig
 
 __all__ = ["TRUNCATED", "VALUE_MARKER", "CallGate", "HostMeter", "Ledger", "LogLines", "cap_error", "cap_value",
-           "utf8_size"]
+           "takes_json", "utf8_size", "valid_text"]
 
 TRUNCATED = "[dsh-code-runtime] log capture truncated at {n} bytes"
 VALUE_MARKER = "… [truncated]"
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (a program may print or return one) is
+    replaced, so what leaves a run can be encoded anywhere (JSON, msgpack, the log)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def takes_json(binding: object) -> bool:
+    """Whether a binding takes its arguments as the JSON text the program sent (the Code
+    Mode bridge does: it parses them when the call's turn comes, so a queued call holds
+    only its text), rather than parsed."""
+    return getattr(binding, "takes_json", False) is True
 
 
 def utf8_size(text: str) -> int:
@@ -55,7 +74,7 @@ class Ledger:
             self.truncate()
             return
         self.used += size
-        self.logs.append(text)
+        self.logs.append(valid_text(text))
 
     def truncate(self) -> None:
         """Record the truncation marker; nothing more is kept."""
@@ -186,9 +205,10 @@ class CallGate:
 def cap_value(text: str, cap: int) -> str:
     """A value's rendering cut on a code-point boundary with a marker; a value already cut
     (within the marker's length of slack) passes unchanged."""
+    text = valid_text(text)
     if len(text) <= cap // 4:
         return text  # at most 4 bytes a code point: fits without encoding it
-    data = text.encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8")
     if len(data) <= cap + len(VALUE_MARKER.encode("utf-8")):
         return text
     return data[:cap].decode("utf-8", "ignore") + VALUE_MARKER
@@ -196,5 +216,5 @@ def cap_value(text: str, cap: int) -> str:
 
 def cap_error(text: str, cap: int) -> str:
     """An error text cut to exactly ``cap`` bytes on a code-point boundary (no marker)."""
-    return text.encode("utf-8", "surrogatepass")[:cap].decode("utf-8", "ignore")
+    return valid_text(text).encode("utf-8")[:cap].decode("utf-8", "ignore")
 

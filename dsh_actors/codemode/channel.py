@@ -28,8 +28,31 @@ class ChannelError(Exception):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    payload = msgpack.packb(message, use_bin_type=True)
+    """One frame; strings travel as they are, lone surrogates included (``surrogatepass``)."""
+    payload = msgpack.packb(message, use_bin_type=True, unicode_errors="surrogatepass")
     return HEADER.pack(len(payload)) + payload
+
+
+MAX_CONTAINERS = 64
+"""Maps and arrays one frame may decode to (the protocol's frames hold one or two): a frame
+of a million empty maps is refused after the 64th, not built in full on the host."""
+
+
+class _Counted:
+    """Decoder hooks that stop a frame once it has built too many containers."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_CONTAINERS
+
+    def map(self, value: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ChannelError(f"a frame of more than {MAX_CONTAINERS} maps and arrays")
+        return value
+
+    list = map
 
 
 class FrameReader:
@@ -54,8 +77,13 @@ class FrameReader:
                 end = offset + HEADER.size + size
                 if len(view) < end:
                     break
+                counted = _Counted()
                 try:
-                    frames.append(msgpack.unpackb(view[offset + HEADER.size:end], raw=False, strict_map_key=True))
+                    frames.append(msgpack.unpackb(view[offset + HEADER.size:end], raw=False, strict_map_key=True,
+                                                  unicode_errors="surrogatepass", object_hook=counted.map,
+                                                  list_hook=counted.list))
+                except ChannelError:
+                    raise
                 except Exception as exc:  # any decoder failure: the stream is not ours any more
                     raise ChannelError(f"undecodable frame ({type(exc).__name__})") from None
                 offset = end

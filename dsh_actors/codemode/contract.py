@@ -29,9 +29,12 @@ budget                   default      when it is exceeded
 =======================  ===========  ====================================================
 
 A sub-call's arguments are measured (as JSON) and checked against the caps *before* the
-host copies or queues them; calls in flight are those a run has started and not yet had
-answered. So the host holds at most about ``max_log_bytes + max_bytes_in_flight +
-max_arg_bytes + max_result_bytes`` for a run, whatever the program does.
+host parses, copies or queues them; calls in flight are those a run has started and not
+yet had answered. A queued call holds only its JSON text; the arguments are parsed when the
+call's turn comes, and a run's sub-calls take turns one at a time. So the host holds for a
+run at most about ``max_log_bytes + max_bytes_in_flight + max_result_bytes`` plus the
+parsed copies of one argument (a few times ``max_arg_bytes``; more for a pathological shape
+such as a million empty objects, which parse to ~20x their text), whatever the program does.
 """
 
 from __future__ import annotations

@@ -78,10 +78,20 @@ def _library_dirs() -> list[str]:
 
 
 def _hidden_dirs() -> list[str]:
-    """Every site directory: inside the sandbox nothing installed is importable."""
-    found = set(site.getsitepackages()) | {site.getusersitepackages()}
+    """Every site directory the sandbox could see — this interpreter's, the base
+    interpreter's and the system's (``dist-packages`` under the read-only paths): inside
+    the sandbox nothing installed is importable, only the standard library."""
+    import glob
+    import sysconfig
+
+    found = set(site.getsitepackages()) | set(site.getsitepackages([sys.base_prefix])) | {site.getusersitepackages()}
     found |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
-    return sorted(os.path.realpath(p) for p in found if p)
+    for scheme_var in ("purelib", "platlib"):
+        found.add(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})[scheme_var])
+    for root in _readonly_paths():
+        for depth in ("*", "*/*", "*/*/*"):
+            found |= {p for p in glob.glob(os.path.join(root, depth)) if p.endswith(("site-packages", "dist-packages"))}
+    return sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)})
 
 
 def _readonly_paths() -> list[str]:
@@ -110,13 +120,21 @@ def library_dirs() -> list[str]:
     return _library_dirs()
 
 
-def launch_config(*, mechanisms: Iterable[str], root: str, outside_ids: tuple[int, int], limits: dict[str, int],
+OUTSIDE_RANGE = (200_000, 4096)
+"""The outside uids (and gids) a root host gives its runs, one each while it runs: the
+kernel's per-user counts (timers, pipes, pending signals) are then a run's own."""
+
+
+def launch_config(*, mechanisms: Iterable[str], root: str, outside_ids: tuple[int, int] | None, limits: dict[str, int],
                   disk_mb: int, cgroups: Iterable[tuple[str, list[tuple[str, int]]]] = (),
                   probe: bool = False) -> dict[str, object]:
-    """What ``_walls.Launch`` applies for a run (and, with ``probe``, reports on)."""
+    """What ``_walls.Launch`` applies for a run (and, with ``probe``, reports on).
+    ``outside_ids`` ``None``: each run gets ids of its own from :data:`OUTSIDE_RANGE`."""
+    root_host = os.geteuid() == 0
     return {
-        "mechanisms": sorted(mechanisms), "root": root, "probe": probe,
-        "host_root": os.geteuid() == 0, "outside_ids": list(outside_ids) if os.geteuid() == 0 else [0, 0],
+        "mechanisms": sorted(mechanisms), "root": root, "probe": probe, "host_root": root_host,
+        "outside_ids": (list(outside_ids) if outside_ids is not None else None) if root_host else [0, 0],
+        "outside_range": list(OUTSIDE_RANGE),
         "libs": _library_dirs(), "sonames": _sonames(), "readonly": _readonly_paths(), "hidden": _hidden_dirs(),
         "limits": limits, "disk_mb": disk_mb, "fallback_workdir": root,
         "cgroups": [[parent, [list(limit) for limit in limits_of]] for parent, limits_of in cgroups],

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping
 
 from ..core.signal import AbortSignal
 from ._child import render_text
-from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value
+from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value, takes_json
 from .contract import Binding, CodeRuntime, CodeRuntimeConfig, RunError, RunResult, check_run
 
 __all__ = ["DIALECT", "MontyRuntime"]
@@ -366,10 +366,18 @@ class _Run:
                 raise RuntimeError(refusal)
         self.calls_started += 1
         try:
-            with self.meter.charge():
-                args = json.loads(text)
+            if takes_json(binding):  # parsed when its turn comes: a queued call holds only its text
+                args: Any = text
+            else:
+                with self.meter.charge():
+                    args = json.loads(text)
             answer: Any = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_awaited(binding(args)),
                                                                                   self.caller))
+        except Exception as exc:
+            refusal = self.gate.result_refusal(name, str(exc))  # an error text is bounded like a result
+            if refusal is not None:
+                raise RuntimeError(refusal) from None
+            raise
         finally:
             self.gate.done(size)
         answer = answer if isinstance(answer, str) else str(answer)

@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.signal import AbortSignal
 from . import isolation
-from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value
+from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value, takes_json
 from .channel import ChannelError, FrameReader, PipeWriter, encode_frame, read_available
 from .contract import ERROR_KINDS, Binding, CodeRuntimeConfig, RunError, RunResult, check_run
 from .forkserver import ForkServer, Sandbox, ServerError
@@ -79,7 +79,8 @@ class SubprocessRuntime:
     ``allow_missing`` names isolation mechanisms this host may lack; by default every
     mechanism must work, and construction raises
     :class:`~dsh_actors.codemode.isolation.SandboxUnavailableError` naming what is missing.
-    ``outside_ids`` is the unprivileged uid/gid the program runs as when the host is root.
+    ``outside_ids`` is the unprivileged uid/gid the program runs as when the host is root
+    (default: ids of the run's own, from :data:`~.isolation.OUTSIDE_RANGE`).
     ``spares`` sandboxes are kept forked ahead of the next runs (``warm_spare=False``: none).
     """
 
@@ -87,10 +88,10 @@ class SubprocessRuntime:
     dialect = DIALECT
 
     def __init__(self, config: CodeRuntimeConfig | None = None, *, allow_missing: Iterable[str] = (),
-                 outside_ids: tuple[int, int] = NOBODY, warm_spare: bool = True, spares: int = 2) -> None:
+                 outside_ids: tuple[int, int] | None = None, warm_spare: bool = True, spares: int = 2) -> None:
         self.config = config = config or CodeRuntimeConfig(backend="cpython")
         self.outside_ids = outside_ids
-        self.mechanisms = isolation.required(isolation.probe(outside_ids), allow_missing)
+        self.mechanisms = isolation.required(isolation.probe(outside_ids or NOBODY), allow_missing)
         self._cgroups = isolation.cgroup_parents()
         walls = list(self.mechanisms) + (["memcg"] if self._cgroups is not None else [])
         self.isolation = "os:" + "+".join(walls) if self.mechanisms else "subprocess (no isolation)"
@@ -167,7 +168,7 @@ class SubprocessRuntime:
 
         def done(outcome: Sandbox | BaseException) -> None:
             def deliver() -> None:
-                if answer.done():
+                if answer.done():  # nobody waits for it any more (cancelled): it never runs
                     if isinstance(outcome, Sandbox):
                         outcome.discard()
                 elif isinstance(outcome, BaseException):
@@ -180,12 +181,15 @@ class SubprocessRuntime:
                 if isinstance(outcome, Sandbox):
                     outcome.discard()
 
-        await loop.run_in_executor(None, self._server.request, done)  # may start the server: off the loop
         try:
+            await loop.run_in_executor(None, self._server.request, done)  # may start the server: off the loop
             return await answer
         except asyncio.CancelledError:
+            # Cancelled while asking or waiting: a sandbox that arrives later is discarded, and
+            # one that already arrived is killed now.
             if answer.done() and not answer.cancelled() and answer.exception() is None:
                 answer.result().discard()
+            answer.cancel()
             raise
 
     def _top_up(self) -> None:
@@ -218,13 +222,15 @@ class SubprocessRuntime:
 
     async def _run(self, program: str, bindings: dict[str, Binding], signal: AbortSignal | None) -> RunResult:
         loop = asyncio.get_running_loop()
+        start = encode_frame({"t": "start", "program": program, "names": sorted(bindings),
+                              "max_value_bytes": int(self.config.max_value_bytes),
+                              "max_log_bytes": int(self.config.max_log_bytes),
+                              "max_arg_bytes": int(self.config.max_arg_bytes)})
         sandbox = await self._take()
-        session = _Session(loop, sandbox, bindings, self.config, self._frame_cap, self._reply_cap)
+        # the replies' bound, plus the program itself (however long it is, it goes first)
+        session = _Session(loop, sandbox, bindings, self.config, self._frame_cap, self._reply_cap + len(start))
         try:
-            session.send({"t": "start", "program": program, "names": sorted(bindings),
-                          "max_value_bytes": int(self.config.max_value_bytes),
-                          "max_log_bytes": int(self.config.max_log_bytes),
-                          "max_arg_bytes": int(self.config.max_arg_bytes)})
+            session.write(start)
             return await self._supervise(sandbox, session, signal)
         finally:
             session.close()
@@ -353,6 +359,9 @@ class _Session:
     def send(self, message: dict[str, Any]) -> None:
         self._writer.write(encode_frame(message))
 
+    def write(self, frame: bytes) -> None:
+        self._writer.write(frame)
+
     def _dispatch(self, frame: dict[str, Any]) -> None:
         call_id, name = frame.get("id"), frame.get("name")
         if not isinstance(call_id, int) or isinstance(call_id, bool) or call_id <= self._last_id \
@@ -378,21 +387,25 @@ class _Session:
         task.add_done_callback(_tasks.discard)
 
     async def _call(self, call_id: int, name: str, binding: Binding, text: str, size: int) -> None:
+        ok = False
         try:
-            with self.meter.charge():
-                args = json.loads(text)
+            if takes_json(binding):  # parsed when its turn comes: a queued call holds only its text
+                args: Any = text
+            else:
+                with self.meter.charge():
+                    args = json.loads(text)
             value = await binding(args)
+            ok = True
         except Exception as exc:
-            self._answer(call_id, False, str(exc))
-            return
+            value = str(exc)
         finally:
             self.gate.done(size)
         value = value if isinstance(value, str) else str(value)
-        refusal = self.gate.result_refusal(name, value)
+        refusal = self.gate.result_refusal(name, value)  # an error text is bounded like a result
         if refusal is not None:
             self._answer(call_id, False, refusal)
         else:
-            self._answer(call_id, True, value)
+            self._answer(call_id, ok, value)
 
     def _answer(self, call_id: int, ok: bool, value: str) -> None:
         if self._closed:

@@ -5,8 +5,9 @@ body runs the program in the code runtime with one binding per tool the calling 
 sees (never ``run_code`` itself) and bridges each binding call into the full pipeline:
 
 1. a call after the run is over is refused (``… not dispatched``);
-2. arguments are JSON-normalised into two copies, one dispatched and one logged
-   (rejections dispatch and log nothing);
+2. arguments arrive as the JSON text the program sent and are parsed when the call's turn
+   comes, once to dispatch and again when the event is logged (rejections dispatch and log
+   nothing);
 3. calls queue in submission order and run one at a time, even under ``asyncio.gather``;
    a queued call whose turn comes after the run ended is abandoned;
 4. each runs as ``<call_id>:code:<n>`` through the whole pipeline, as the calling
@@ -98,14 +99,23 @@ class _Run:
     counter: list[int]
 
 
-def _normalise(name: str, raw: Any) -> tuple[Any, Any]:
-    if raw is None:
-        raise TypeError("tool arguments must be JSON-serializable (call the tool with an arguments object, e.g. `{}`)")
+def _json_text(raw: Any) -> str:
+    """A call's arguments as JSON text: the text the program sent, or a value made JSON."""
     try:
-        text = json.dumps(raw, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = raw if isinstance(raw, str) else json.dumps(raw, allow_nan=False)
+    except ValueError as exc:
         raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
-    return json.loads(text), json.loads(text)
+    return text
+
+
+def _parsed(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
+    if value is None:
+        raise TypeError("tool arguments must be JSON-serializable (call the tool with an arguments object, e.g. `{}`)")
+    return value
 
 
 def _present_call(args: Any) -> dict[str, Any]:
@@ -181,10 +191,13 @@ def _binding(name: str, run: _Run, ctx: ToolRunContext, send: Dispatch, log: Rec
         signal = run.controller.signal
         if signal.aborted:
             raise RuntimeError(f"run_code run is over ({signal.reason}); {name} not dispatched")
-        dispatched, logged = _normalise(name, raw)
         async with run.lock:  # FIFO: one sub-call at a time, in submission order
             if signal.aborted:
                 raise RuntimeError(f"run_code run is over ({signal.reason}); tool call abandoned")
+            # Parsed only now: while a call waits its turn it holds the program's JSON text alone
+            # (and the copy the log records is parsed again when it is written, not kept).
+            text_of_args = _json_text(raw)
+            dispatched = _parsed(text_of_args)
             run.counter[0] += 1
             sub_id = f"{ctx.call_id}:code:{run.counter[0]}"
             result = await send({"call_id": sub_id, "name": name, "arguments": dispatched, "agent": ctx.agent,
@@ -195,7 +208,7 @@ def _binding(name: str, run: _Run, ctx: ToolRunContext, send: Dispatch, log: Rec
             if ctx.agent is not None and log is not None:
                 await log(ctx.agent, {
                     "type": "tool/code-dispatch", "parent_call_id": ctx.call_id, "sub_call_id": sub_id,
-                    "name": name, "arguments": logged, "is_error": bool(result["is_error"]),
+                    "name": name, "arguments": _parsed(text_of_args), "is_error": bool(result["is_error"]),
                     "result_summary": summary(text), **({"error": result["error"]} if result.get("error") else {}),
                 })
         if signal.aborted:
@@ -204,4 +217,5 @@ def _binding(name: str, run: _Run, ctx: ToolRunContext, send: Dispatch, log: Rec
             raise RuntimeError(text)
         return text
 
+    call.takes_json = True  # type: ignore[attr-defined]
     return call

@@ -95,3 +95,34 @@ def test_random_bytes_on_the_channel_always_end_in_one_result(runtime, payload):
     result = asyncio.run(runtime.run(raw_writer(payload), {}))
     assert isinstance(result.logs, list)
     assert result.error is not None or isinstance(result.value, (str, type(None)))
+
+
+def test_a_frame_of_a_million_empty_maps_is_refused_before_it_is_built():
+    import msgpack
+
+    body = msgpack.packb({"t": "log", "text": [{} for _ in range(1_000_000)]})
+    with pytest.raises(ChannelError, match="more than 64 maps and arrays"):
+        FrameReader(max_frame=len(body) + 10).feed(struct.pack(">I", len(body)) + body)
+
+
+def test_a_program_longer_than_the_reply_cap_still_runs():
+    rt = SubprocessRuntime(CodeRuntimeConfig(backend="cpython", max_result_bytes=16 * 1024), warm_spare=False)
+    try:
+        program = "x = 1\n" * 50_000 + "return x"  # 300 KB of program, against 2 x 16 KiB of replies
+        assert asyncio.run(rt.run(program, {})).value == "1"
+    finally:
+        rt.close()
+
+
+def test_a_system_call_of_another_abi_ends_the_program_at_once_not_at_the_wall_ceiling():
+    import time
+
+    rt = SubprocessRuntime(CodeRuntimeConfig(backend="cpython", max_wall_ms=20_000), warm_spare=False)
+    try:
+        started = time.monotonic()
+        # an x32 system call (getpid | __X32_SYSCALL_BIT) from the main thread
+        result = asyncio.run(rt.run("import ctypes\nctypes.CDLL(None).syscall(0x40000000 | 39)\nreturn 1", {}))
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert time.monotonic() - started < 10
+    finally:
+        rt.close()
