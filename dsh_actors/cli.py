@@ -29,21 +29,89 @@ def _one_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM end the command at once, even while Ray is still connecting (its
+    retries run in C and would not hear a KeyboardInterrupt until they give up)."""
+    import signal
+
+    def stop(signum: int, _frame: object) -> None:
+        print(f"dsh-actors approvals: stopped ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+
+
+def _token_available() -> bool:
+    return bool(os.environ.get("RAY_AUTH_TOKEN")) or Path(
+        os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).is_file()
+
+
+def _join(address: str, timeout_s: float) -> str | None:
+    """Join the cluster at ``address`` within ``timeout_s``; the reason when it could not."""
+    import threading
+
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    if "RAY_AUTH_MODE" not in os.environ and _token_available():
+        # Ray turns token auth on for every cluster it starts (a driver's own local one too)
+        # and keeps the token in ~/.ray/auth_token, but a client only sends it when told to
+        # (Ray reads this when it is imported: set it first).
+        os.environ["RAY_AUTH_MODE"] = "token"
+    if host in ("127.0.0.1", "localhost", "::1"):
+        # A loopback address (a driver's own local Ray prints one): keep Ray on loopback, or
+        # it rewrites the address to this machine's interface and never finds the cluster.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    from .runtime.local import ensure_ray
+
+    outcome: list[BaseException | None] = []
+
+    def connect() -> None:
+        try:
+            ensure_ray(address=address, logging_level="ERROR", log_to_driver=False,
+                       **({"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported as one line
+            outcome.append(exc)
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout_s)  # the main thread stays free to take SIGINT/SIGTERM
+    if not outcome:
+        return (f"no Ray cluster answered at {address} within {timeout_s:.0f}s (is it running? a `ray start` "
+                "cluster also needs RAY_AUTH_MODE=token and its token: `ray get-auth-token`)")
+    if outcome[0] is not None:
+        return f"could not join the Ray cluster at {address}: {_one_line(outcome[0])}"
+    return None
+
+
 def _approvals(args: argparse.Namespace) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS")
     if not address:
         print("dsh-actors approvals: no cluster to join; pass --address or set RAY_ADDRESS", file=sys.stderr)
         return 2
+    _stop_on_signals()
+    problem = _join(address, args.timeout)
+    if problem is not None:
+        print(f"dsh-actors approvals: {problem}", file=sys.stderr, flush=True)
+        os._exit(1)  # a connection attempt may still be retrying in Ray's threads: do not wait for it
     import ray
 
     from .runtime.approval import ApprovalQueue
-    from .runtime.local import ensure_ray
 
-    ensure_ray(address=address, logging_level="ERROR", log_to_driver=False)
     queue = ApprovalQueue(args.registry, args.namespace)
     try:
+        try:
+            queue._handle()
+        except ValueError:
+            print(f"dsh-actors approvals: registry {args.registry!r} has no approval queue in namespace "
+                  f"{args.namespace!r} (is the name right? a registry's queue exists once it called "
+                  "registry.approvals())", file=sys.stderr)
+            return 1
         if args.action == "list":
-            pending = queue.pending().result(timeout_s=30)
+            pending = queue.pending().result(timeout_s=args.timeout)
             if args.json:
                 print(json.dumps(pending))
             elif not pending:
@@ -53,17 +121,17 @@ def _approvals(args: argparse.Namespace) -> int:
                 print(f"{item['id']}  {item['agent']}  {item['tool_name']}  ({item['call_id']}){reason}")
             return 0
         if args.action == "policy":
-            queue.set_policy(args.target, args.agent).result(timeout_s=30)
+            queue.set_policy(args.target, args.agent).result(timeout_s=args.timeout)
             print(f"approval policy is now {args.target}" + (f" for {args.agent}" if args.agent else ""))
             return 0
         answer = queue.allow if args.action == "allow" else queue.reject
-        if answer(args.target).result(timeout_s=30):
+        if answer(args.target).result(timeout_s=args.timeout):
             print(f"{args.action}ed {args.target}")
             return 0
         print(f"{args.target} is not pending (answered, cancelled, or unknown)", file=sys.stderr)
         return 1
     except Exception as exc:
-        print(f"dsh-actors approvals: {exc}", file=sys.stderr)
+        print(f"dsh-actors approvals: {_one_line(exc)}", file=sys.stderr)
         return 1
     finally:
         ray.shutdown()
@@ -139,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     approvals.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS)")
     approvals.add_argument("--agent", help="policy: set it for one agent only")
     approvals.add_argument("--json", action="store_true", help="list: print JSON")
+    approvals.add_argument("--timeout", type=float, default=30.0,
+                           help="seconds to wait for the cluster, and for each answer (default: 30)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import main as demo_main

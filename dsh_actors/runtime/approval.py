@@ -22,6 +22,7 @@ import ray
 
 from ..core.pipeline import ApprovalRequest
 from .errors import ACTOR_GONE, RAY_ERROR, translate
+from .mailboxes import PROCESS_INCARNATION
 from .response import NamedActorClient, Response
 from .session import SessionLog
 from .wire import approvals_actor_name
@@ -39,11 +40,12 @@ def check_policy(policy: object) -> str:
 
 
 class _Pending:
-    __slots__ = ("future", "info")
+    __slots__ = ("future", "info", "requester")
 
-    def __init__(self, future: asyncio.Future[str], info: dict[str, Any]) -> None:
+    def __init__(self, future: asyncio.Future[str], info: dict[str, Any], requester: tuple[Any, str] | None) -> None:
         self.future = future
         self.info = info
+        self.requester = requester
 
 
 def answer_hint(registry: str, namespace: str, agent: str, tool_name: str, request_id: str) -> str:
@@ -58,6 +60,18 @@ def answer_hint(registry: str, namespace: str, agent: str, tool_name: str, reque
 
 
 APPROVALS_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
+REQUESTER_CHECK_S = 2.0
+"""How often the queue checks that the processes whose calls asked are still alive."""
+
+
+async def _still_there(handle: Any, incarnation: str) -> bool:
+    """Whether the process that asked still runs (the actor answers with its incarnation)."""
+    try:
+        return await asyncio.wait_for(handle.alive.remote(), 30) == incarnation
+    except ACTOR_GONE:
+        return False
+    except Exception:  # noqa: BLE001 - slow or unsure: the ask stays (a later check decides)
+        return True
 """Options of the approval queue actor (a dead one is mounted again, not restarted)."""
 
 
@@ -72,14 +86,18 @@ class ApprovalQueueActor:
         self._overrides: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
         self._cancelled: set[str] = set()
+        self._watcher: asyncio.Future[None] | None = None
 
     async def _log(self, agent: str, event: dict[str, Any]) -> None:
-        session = SessionLog.find(agent, self._namespace)
+        session = await SessionLog.find_async(agent, self._namespace)
         if session is not None:  # else no session is open for this agent
             await session.append(event)
 
     async def request(self, request_id: str, agent: str, tool_name: str, call_id: str | None,
-                      reason: str | None) -> str:
+                      reason: str | None, requester: tuple[Any, str] | None = None) -> str:
+        """Ask, and wait for the answer. ``requester`` is the process that runs the call
+        (its actor handle and its incarnation): should it die, the ask is cancelled — an
+        ask never outlives its call."""
         asked: dict[str, Any] = {"type": "approval/asked", "id": request_id, "tool_name": tool_name}
         if call_id is not None:
             asked["call_id"] = call_id
@@ -99,13 +117,37 @@ class ApprovalQueueActor:
             self._pending[request_id] = _Pending(future, {
                 "id": request_id, "agent": agent, "tool_name": tool_name, "call_id": call_id,
                 "reason": reason, "asked_at": time.time(),
-            })
+            }, requester)
+            self._watch()
             try:
                 outcome = await future
             finally:
                 self._pending.pop(request_id, None)
         await self._log(agent, {"type": "approval/decided", "id": request_id, "outcome": outcome})
         return outcome
+
+    def _watch(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self._watch_requesters())
+
+    async def _watch_requesters(self) -> None:
+        """While asks are pending: every few seconds, ask each requesting process whether it
+        is still the one that asked; an ask whose process died (or was restarted) is
+        cancelled, so it can no longer be allowed."""
+        while self._pending:
+            await asyncio.sleep(REQUESTER_CHECK_S)
+            by_process: dict[tuple[str, str], list[str]] = {}
+            handles: dict[tuple[str, str], Any] = {}
+            for request_id, entry in list(self._pending.items()):
+                if entry.requester is not None:
+                    handle, incarnation = entry.requester
+                    key = (handle._actor_id.hex(), incarnation)
+                    by_process.setdefault(key, []).append(request_id)
+                    handles[key] = handle
+            for key, requests in by_process.items():
+                if not await _still_there(handles[key], key[1]):
+                    for request_id in requests:
+                        self._settle(request_id, "cancelled")
 
     def _settle(self, request_id: str, outcome: str) -> bool:
         entry = self._pending.get(request_id)
@@ -143,6 +185,14 @@ class ApprovalQueueActor:
         return self._overrides.get(agent, self._policy) if agent is not None else self._policy
 
 
+def _requester() -> tuple[Any, str] | None:
+    """This process as a requester of asks (``None`` outside an actor)."""
+    try:
+        return ray.get_runtime_context().current_actor, PROCESS_INCARNATION
+    except Exception:  # noqa: BLE001 - not an actor: nobody to watch
+        return None
+
+
 class ActorApproval:
     """The seam an execution plan carries: asks the queue actor, follows the call's signal."""
 
@@ -160,7 +210,7 @@ class ActorApproval:
             return "cancelled"  # no one is asked
         request_id = uuid.uuid4().hex
         ref = self.handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
-                                         request.reason)
+                                         request.reason, _requester())
         remove = signal.add_listener(lambda _: self.handle.cancel.remote(request_id)) if signal else None
         try:
             return await ref

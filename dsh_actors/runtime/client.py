@@ -26,9 +26,10 @@ from ..core.errors import DefinitionError, RestrictionError
 from ..core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, call_fields, check_guard, check_listener, \
     execution_mode, snapshot_definition
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
-from .calls import CallInput, cancel_call, create, dispatcher
+from .calls import Call, CallInput
 from .errors import RAY_ERROR, RegistryUnavailableError
-from .link import RegistryLink, link
+from .link import RegistryLink
+from .owner import owner
 from .local import ensure_ray
 from .registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .response import Response
@@ -156,7 +157,8 @@ class ToolRegistry(_Registrar):
                  mode: str | None = None) -> None:
         self.name = name
         self.namespace = namespace
-        self._link = link(name, namespace)
+        self._owner_state = owner(name, namespace)
+        self._link = self._owner_state.link
         self._link.adopt(handle)
         self._mode = mode
 
@@ -269,7 +271,7 @@ class ToolRegistry(_Registrar):
         """A view read from the agent's current plan, which this process fetches once per
         plan (an agent step reads the view on every step: shipping each definition, its
         callbacks pickled, on every read cost more than the calls)."""
-        plan = await dispatcher(self._link).current_plan(agent)
+        plan = await self._owner_state.plans.current_plan(agent)
         if plan is None:  # the plan object is lost: its owner answers
             return await self._ask_owner(agent, method, *args)
         if method == "get":
@@ -303,14 +305,8 @@ class ToolRegistry(_Registrar):
         cancels it. A crash, cancellation or lost object becomes an ``is_error`` result
         with a stable code; observers hear every call exactly once.
         """
-        execution, failure = create(CallInput(call, fields))  # snapshot at the call
-        cancel_box: list[Any] = []
-
-        def cancel() -> None:
-            if cancel_box:
-                cancel_call(cancel_box[0])
-
-        return Response(lambda: dispatcher(self._link).run(execution, failure, cancel_box), on_cancel=cancel)
+        running = Call.of(self._owner_state, CallInput(call, fields))  # snapshot at the call
+        return Response(running.run, on_cancel=running.cancel)
 
     def execution_mode(self, call: Any = None, /, **fields: Any) -> Response[Mapping[str, str]]:
         """``{"kind": "parallel"}`` when the call may run alongside the others of its step

@@ -1,21 +1,21 @@
-"""Code Mode on Ray: the run's sub-calls, sent from its executor or through a queue actor.
+"""Code Mode on Ray: the run's sub-calls, run by its executor or by a per-run queue actor.
 
 By default (``code_dispatch="in-task"``) the executor running ``run_code`` runs each
-sub-call itself, on its own loop with no Ray hop (the dispatcher sees it is on an
-executor): the bridge's FIFO already runs them one at a time in submission order, each
-through the full pipeline as the calling agent, and the run's signal is passed to every
-sub-call as it is. A queue actor costs two actor hops more per sub-call
-(benchmarks/RESULTS.md has both, side by side).
+sub-call itself, on its own loop with no Ray hop (the local side of the transport): the
+bridge's FIFO already runs them one at a time in submission order, each through the full
+pipeline as the calling agent, and the run's signal is passed to every sub-call as it is.
 
-With ``code_dispatch="queue-actor"`` the registry actor keeps a small pool of
-:class:`CodeRunQueue` actors (created with the registry, so no run pays an actor
-start-up). Each ``run_code`` execution picks one and gets its own queue there, keyed by
-a run id: sub-calls run one at a time in submission order, each through the full
-pipeline on the executors as the calling agent. The run's signal is mirrored into the
-queue (its ``abort`` runs in a control concurrency group, so it is never stuck behind a
-queued call): the in-flight sub-call's tool sees it, queued ones are abandoned, and the bridge
-drains the queue before ``run_code`` returns. ``tool/code-dispatch`` events go to the
-session log whose id is the agent's id, when one is open.
+With ``code_dispatch="queue-actor"`` the registry keeps a pool of :class:`CodeRunQueue`
+actors pinned one to each node (created with the registry, so no run pays an actor
+start-up). Each ``run_code`` execution picks one on its own node and gets its own queue
+there, keyed by a run id: sub-calls run one at a time in submission order, and the queue
+actor runs each one's pipeline itself (it is an executor for them: the local side of the
+transport), as the calling agent — one actor hop out and back per sub-call, as a native
+call costs. The run's signal is mirrored into the queue (its ``abort`` runs in a control
+concurrency group, so it is never stuck behind a queued call): the in-flight sub-call's
+tool sees it, queued ones are abandoned, and the bridge drains the queue before
+``run_code`` returns. ``tool/code-dispatch`` events go to the session log whose id is the
+agent's id, when one is open. benchmarks/RESULTS.md has both modes side by side.
 """
 
 from __future__ import annotations
@@ -34,9 +34,12 @@ from ..codemode.transport import build_run_code
 from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
-from .calls import CallInput, dispatcher
+from .calls import Call, CallInput
 from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
-from .link import link
+from .executor import ExecutorCore
+from .mailboxes import PROCESS_INCARNATION
+from .owner import owner
+from .routes import this_node
 from .signals import portable_reason
 from .session import SessionLog
 
@@ -63,7 +66,8 @@ class CodeRunQueue:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 
     def __init__(self, registry: str, namespace: str) -> None:
-        self._calls = dispatcher(link(registry, namespace))
+        self._owner = owner(registry, namespace)
+        self._core = ExecutorCore(registry, namespace)  # it runs its sub-calls' pipelines itself
         self._runs: dict[str, _Run] = {}
         # Aborts for runs this queue does not hold (not yet, or no longer): a late abort
         # must not re-create a finished run, and an early one must still stop its calls.
@@ -82,12 +86,14 @@ class CodeRunQueue:
 
     async def submit(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any] | str:
         """Run one sub-call when its turn comes; a string when the run ended first."""
+        if self._owner.local is None:
+            self._core.serve_here()  # calls made on this loop run here: no hop to an executor
         run = self._run(run_id)
         async with run.lock:  # asyncio.Lock is FIFO: submission order
             signal = run.controller.signal
             if signal.aborted:
                 return f"run_code run is over ({signal.reason}); tool call abandoned"
-            result = await self._calls.execute(CallInput({**fields, "signal": signal}, {}), [])
+            result = await Call.of(self._owner, CallInput({**fields, "signal": signal}, {})).run()
             return thaw(result)
 
     def open(self, run_id: str) -> None:
@@ -117,6 +123,10 @@ class CodeRunQueue:
     def runs(self) -> int:
         return len(self._runs)
 
+    async def alive(self) -> str:
+        """This queue process's incarnation: a probe that runs nothing."""
+        return PROCESS_INCARNATION
+
 
 _runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}
 
@@ -132,19 +142,22 @@ def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
 
 
 def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any], Any]:
-    """Sub-calls through a queue actor picked per run. A queue seen dead for good when the
-    run opens is replaced (by the registry, which owns the pool) and the run opens on its
-    successor; one that dies under a sub-call fails that sub-call with a coded text."""
+    """Sub-calls through a queue actor picked per run, on the run's node when one is there
+    (``pool``: ``(handle, node)`` pairs). A queue seen dead for good when the run opens is
+    replaced (by the registry, which owns the pool) and the run opens on its successor; one
+    that dies under a sub-call fails that sub-call with a coded text."""
     async def opened(run_id: str) -> Any:
+        here = this_node()
         for _ in range(_OPEN_TRIES):
-            queue = random.choice(pool)
+            local = [entry for entry in pool if entry[1] == here]
+            queue, node = random.choice(local or pool)
             try:
                 await queue.open.remote(run_id)
                 return queue
             except ACTOR_GONE as exc:
                 if died_for_good(exc):
-                    fresh = await link(registry, namespace).call("code_queue", queue._actor_id.hex())
-                    pool[:] = [fresh if q._actor_id == queue._actor_id else q for q in pool]
+                    fresh = await owner(registry, namespace).link.call("code_queue", queue._actor_id.hex())
+                    pool[:] = [fresh if q._actor_id == queue._actor_id else (q, n) for q, n in pool]
                 else:
                     await asyncio.sleep(0.2)  # Ray is restarting it
         raise WorkerCrashedError("no Code Mode queue actor is available for this run")
@@ -191,10 +204,10 @@ def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
     """Sub-calls run by the run's own executor: the bridge's FIFO already serialises them
     and the run's signal goes with each (see the module docs)."""
     def dispatch(run_signal: Any) -> Any:
-        calls = dispatcher(link(registry, namespace))
+        state = owner(registry, namespace)
 
         async def send(fields: dict[str, Any]) -> ToolExecutionResult:
-            return await calls.execute(CallInput(fields, {}), [])
+            return await Call.of(state, CallInput(fields, {})).run()
 
         return send
 
@@ -207,7 +220,7 @@ def _recorder(namespace: str) -> Callable[[], Any]:
 
         async def record(agent: str, event: dict[str, Any]) -> None:
             if agent not in sessions:
-                sessions[agent] = SessionLog.find(agent, namespace)  # None: no session open for it
+                sessions[agent] = await SessionLog.find_async(agent, namespace)  # None: no session open for it
             if sessions[agent] is not None:
                 await sessions[agent].append(event)
 

@@ -39,6 +39,7 @@ __all__ = [
     "OBJECT_GONE",
     "RAY_ERROR",
     "died_for_good",
+    "never_reached",
     "remote_call",
     "translate",
 ]
@@ -54,6 +55,19 @@ OBJECT_GONE = rx.ObjectLostError
 def died_for_good(exc: BaseException) -> bool:
     """``True`` when ``exc`` says its actor is dead and will not restart."""
     return isinstance(exc, rx.ActorDiedError)
+
+
+_NOT_SENT = "The actor is restarting"
+"""What Ray says when it fails a call at once because the actor is restarting: it did not
+send the call (measured on Ray 2.60: a call in flight when its actor died reads "Socket
+closed" or "Connection reset", one sent to an actor killed for good "died unexpectedly").
+A test holds this to Ray's behaviour, so an upgrade that changes it fails there."""
+
+
+def never_reached(exc: BaseException) -> bool:
+    """``True`` when ``exc`` proves its call never reached the actor (so nothing ran, and
+    the call may go to another one); a call that may have arrived is never resent."""
+    return isinstance(exc, rx.ActorUnavailableError) and _NOT_SENT in str(exc)
 
 
 class PolicyUnavailableError(HarnessError):

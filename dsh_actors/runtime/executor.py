@@ -38,14 +38,16 @@ from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
-from .batches import Item, Mailboxes
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
+from .mailboxes import Item, Mailboxes
+from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
+from .transport import LocalTransport
 from .version import read_version
-from .wire import Outcome, pack_call, unpack_call, unpack_execution
+from .wire import Envelope, Outcome
 
-__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "executor_here", "run_body_task"]
+__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
 
 CANCEL_GRACE_S = 2.0
 """How long a cancelled body task gets to stop on its own before its worker is killed."""
@@ -138,7 +140,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     """Run one tool body (its definition from the call's plan) in this task; returns the
     body's value and the contexts it deferred. Only bodies with Ray options come here."""
     global _body_loop
-    call = unpack_call(envelope)
+    call = Envelope.unpack(envelope)
     plan = _body_plans.get(call["plan"])
     if plan is None:
         plan = _body_plans[call["plan"]] = ray.get(plan_box[0])
@@ -146,8 +148,8 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
             _body_plans.popitem(last=False)
     if _body_loop is None or _body_loop.is_closed():
         _body_loop = asyncio.new_event_loop()
-    signal, stop = signal_of(call, hub)
-    execution = unpack_execution(call, signal)
+    signal, stop = signal_of(call.fields, hub)
+    execution = call.execution(signal)
     deferred: list[Any] = []
     definition = plan.tools[call["name"]]
     try:
@@ -222,7 +224,7 @@ class _Placement:
             if signal is not None:
                 hub = await self.hub()
                 signal_id, aborted, unpublish = send_signal(signal, hub)
-            envelope = pack_call(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted)
+            envelope = Envelope.of(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted).pack()
             ref = bound.remote(envelope, self.plan_box, hub)
             stopper = ForceStop.arm(ref, limits, signal)
             try:
@@ -262,7 +264,6 @@ class ExecutorCore:
         self.registry, self.namespace = registry, namespace
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
-        self._hub: Any = None
         self._mail = Mailboxes()
         self._calls = calls
         self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
@@ -271,10 +272,7 @@ class ExecutorCore:
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
 
     async def _signal_hub(self) -> Any:
-        if self._hub is None:
-            registry = ray.get_actor(self.registry, namespace=self.namespace)
-            self._hub = await registry.signal_hub.remote()
-        return self._hub
+        return await owner(self.registry, self.namespace).link.signal_hub()
 
     async def _plan(self, plan_id: str, plan_box: list[Any] | None) -> ExecutionPlan | bytes:
         plan = self._plans.get(plan_id)
@@ -301,17 +299,23 @@ class ExecutorCore:
         A call carries ``plan_box`` only after this executor answered ``NEED_PLAN``, and
         ``hub`` only when its caller passed a signal: one bytes argument is the cheapest
         thing Ray ships, and the result's bytes are the cheapest thing it returns."""
-        _HERE[(self.namespace, self.registry)] = (self, asyncio.get_running_loop())
         if self._slots is None:
-            self._slots = asyncio.Semaphore(self._calls)
+            self.serve_here()
+        assert self._slots is not None
         async with self._slots:
-            call = unpack_call(envelope)
-            signal, stop = signal_of(call, hub)
+            call = Envelope.unpack(envelope)
+            signal, stop = signal_of(call.fields, hub)
             try:
                 return await self._run(call, plan_box, signal)
             finally:
                 if stop is not None:
                     stop()
+
+    def serve_here(self) -> None:
+        """On the first call: this loop's slots, and this executor as the local side of the
+        transport for calls made in this process on this loop (Code Mode sub-calls)."""
+        self._slots = asyncio.Semaphore(self._calls)
+        owner(self.registry, self.namespace).local = LocalTransport(self.execute_here, asyncio.get_running_loop())
 
     async def execute_batch(self, client: str, items: list[Item]) -> str:
         """Start a batch of ``client``'s calls (see ``batches``): each runs as
@@ -337,9 +341,9 @@ class ExecutorCore:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code
         Mode sub-call sent by its run): the same envelope, plan and outcome, with the
         caller's signal passed as it is instead of through the signal hub."""
-        return await self._run(unpack_call(envelope), plan_box, signal)
+        return await self._run(Envelope.unpack(envelope), plan_box, signal)
 
-    async def _run(self, call: dict[str, Any], plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
+    async def _run(self, call: Envelope, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         BODY_RUNNER.set(self._run_in_thread)
         if call["version"] is not None:
             current = await asyncio.get_running_loop().run_in_executor(self._threads, read_version, call["key"])
@@ -348,23 +352,9 @@ class ExecutorCore:
         plan = await self._plan(call["plan"], plan_box)
         if isinstance(plan, bytes):
             return plan
-        return Outcome.result(await pipeline.run(unpack_execution(call, signal), plan))
-
-
-_HERE: dict[tuple[str, str], tuple[ExecutorCore, asyncio.AbstractEventLoop]] = {}
-
-
-def executor_here(namespace: str, registry: str) -> ExecutorCore | None:
-    """The executor of registry ``(namespace, registry)`` running in this process whose
-    loop is the running one, if any: a call made there runs on it without a Ray hop."""
-    found = _HERE.get((namespace, registry))
-    if found is None:
-        return None
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    return found[0] if found[1] is running else None
+        # The caller hears the result's observers (see ``calls``): not here, so a result
+        # that dies with this process before it is collected is heard once, there.
+        return Outcome.result(await pipeline.run(call.execution(signal), plan, observe=False))
 
 
 ExecutorActor = ray.remote(ExecutorCore)

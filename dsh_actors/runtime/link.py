@@ -1,8 +1,8 @@
 """This process's link to one registry: its actors' handles, re-resolved when seen dead.
 
-Every client of a registry in a process (registries, scopes, plugins, the dispatcher,
-Code Mode sub-calls) shares one :class:`RegistryLink`, so a handle found dead by one of
-them is replaced for all. A dead registry is resolved again by name (``connect`` made a
+Every client of a registry in a process (registries, scopes, plugins, calls, Code Mode
+sub-calls) shares one :class:`RegistryLink` (its registry's owner in this process holds
+it), so a handle found dead by one of them is replaced for all. A dead registry is resolved again by name (``connect`` made a
 fresh one, which its owners register into again); a dead scope host is replaced by the
 registry from its agents' journals; the signal hub is asked of the registry again.
 """
@@ -18,7 +18,7 @@ import ray
 from .errors import DEAD_ACTORS, RegistryUnavailableError, ScopeUnavailableError, remote_call
 from .wire import host_index
 
-__all__ = ["RegistryLink", "link"]
+__all__ = ["RegistryLink"]
 
 
 def _dead(handle: Any) -> bool:
@@ -56,30 +56,46 @@ class RegistryLink:
         self._scopes.clear()
         self._hosts = None
 
-    def actor(self) -> Any:
-        """The registry actor's handle; raises :class:`RegistryUnavailableError` when the
-        registry is gone for good."""
-        actor = self._actor
-        if not _dead(actor):
-            return actor
-        gone = RegistryUnavailableError(
+    def _gone(self) -> RegistryUnavailableError:
+        return RegistryUnavailableError(
             f'registry "{self.name}" is gone (killed or shut down); ToolRegistry.connect({self.name!r}) '
             "makes a fresh one, which its owners must register into again")
-        try:
-            actor = ray.get_actor(self.name, namespace=self.namespace)
-        except ValueError:
-            raise gone from None
+
+    def _found(self, actor: Any) -> Any:
         if _dead(actor):
-            raise gone
+            raise self._gone()
         with self._lock:
             if self._actor is None or self._actor._actor_id != actor._actor_id:
                 self._switch(actor)
         return actor
 
+    def actor(self) -> Any:
+        """The registry actor's handle (blocking, for plain code: a dead one is looked up
+        again by name); raises :class:`RegistryUnavailableError` when it is gone for good."""
+        actor = self._actor
+        if not _dead(actor):
+            return actor
+        try:
+            return self._found(ray.get_actor(self.name, namespace=self.namespace))
+        except ValueError:
+            raise self._gone() from None
+
+    async def actor_async(self) -> Any:
+        """:meth:`actor` for async code: the name lookup (a blocking call to the cluster's
+        control store) runs off the event loop."""
+        actor = self._actor
+        if not _dead(actor):
+            return actor
+        try:
+            found = await asyncio.to_thread(ray.get_actor, self.name, namespace=self.namespace)
+        except ValueError:
+            raise self._gone() from None
+        return self._found(found)
+
     async def call(self, method: str, *args: Any) -> Any:
         """Await one registry method; Ray's failures become ``REGISTRY_UNAVAILABLE`` & co."""
-        return await remote_call(getattr(self.actor(), method), *args, unavailable=RegistryUnavailableError,
-                                 what="the registry")
+        return await remote_call(getattr(await self.actor_async(), method), *args,
+                                 unavailable=RegistryUnavailableError, what="the registry")
 
     async def scope(self, agent: str) -> Any:
         """The host of ``agent``'s scope (made on first use; one seen dead is replaced).
@@ -140,16 +156,3 @@ class RegistryLink:
         if self._hub is None:
             self._hub = await self.call("signal_hub")
         return self._hub
-
-
-_LINKS: dict[tuple[str, str], RegistryLink] = {}
-_LINKS_LOCK = threading.Lock()
-
-
-def link(name: str, namespace: str) -> RegistryLink:
-    """This process's link to registry ``name`` in ``namespace``."""
-    with _LINKS_LOCK:
-        found = _LINKS.get((namespace, name))
-        if found is None:
-            found = _LINKS[(namespace, name)] = RegistryLink(name, namespace)
-        return found

@@ -23,23 +23,9 @@ from .link import RegistryLink
 from .response import background_loop
 from .wire import HEARTBEAT_S, LEASE_S, PlanTicket
 
-__all__ = ["PlanCache", "Subscription", "fetch_plan"]
+__all__ = ["PlanCache", "Subscription"]
 
-_FETCHED: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
-
-
-async def fetch_plan(ticket: PlanTicket) -> ExecutionPlan | None:
-    """The plan behind ``ticket`` in this process (a few kept), or ``None`` if it is lost."""
-    plan = _FETCHED.get(ticket.plan_id)
-    if plan is None:
-        try:
-            plan = await ticket.plan_box[0]
-        except RAY_ERROR:
-            return None
-        _FETCHED[ticket.plan_id] = plan
-        if len(_FETCHED) > 64:
-            _FETCHED.popitem(last=False)
-    return plan
+_KEPT_PLANS = 64
 
 
 class Subscription:
@@ -87,7 +73,7 @@ class Subscription:
             self._started = False  # the next call starts a new poller if it can
 
     async def _poll_until_gone(self) -> None:
-        handle = self._link.actor()
+        handle = await self._link.actor_async()
         while ray.is_initialized():  # never re-initialise Ray from this thread after shutdown
             sent = time.monotonic()
             try:
@@ -107,13 +93,37 @@ class Subscription:
 
 
 class PlanCache:
-    """One ticket per scope (``None``: calls with no agent), dropped on every change."""
+    """One ticket per scope (``None``: calls with no agent), dropped on every change, and
+    the plans this process fetched (for views and observers read here), a few kept."""
 
     def __init__(self, link: RegistryLink) -> None:
         self._link = link
         self._tickets: dict[str | None, PlanTicket] = {}
+        self._fetched: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._incarnation = link.incarnation
         self.subscription = Subscription(link, lambda version: self._tickets.clear())
+
+    async def plan_of(self, ticket: PlanTicket) -> ExecutionPlan | None:
+        """The plan behind ``ticket`` in this process, or ``None`` if it is lost."""
+        plan = self._fetched.get(ticket.plan_id)
+        if plan is None:
+            try:
+                plan = await ticket.plan_box[0]
+            except RAY_ERROR:
+                return None
+            self._fetched[ticket.plan_id] = plan
+            if len(self._fetched) > _KEPT_PLANS:
+                self._fetched.popitem(last=False)
+        return plan
+
+    async def current_plan(self, agent: str | None) -> ExecutionPlan | None:
+        """``agent``'s plan as of now, for a view read in this process: its cached ticket
+        while the version subscription vouches for it (else asked for again), and the plan
+        itself fetched once per plan — not its definitions shipped on every read."""
+        ticket = self.cached(agent)
+        if ticket is None or not self.current(ticket):
+            ticket = await self.ticket(agent, refresh=True)  # fetched now: as current as any
+        return await self.plan_of(ticket)
 
     def current(self, ticket: PlanTicket) -> bool:
         """Whether a call may skip the version check for ``ticket``."""

@@ -149,10 +149,11 @@ class RegistryActor:
         self._name, self._namespace = name, namespace
         key = version_key(namespace, name)
         transport = None
-        self._queues: list[Any] = []
+        self._queues: list[tuple[Any, str | None]] = []  # (queue, the node it is pinned to)
         if mode != "native":
             if code_dispatch == "queue-actor":
-                self._queues = [self._new_queue() for _ in range(queues)]
+                nodes = _alive_nodes()
+                self._queues = [self._new_queue(i, nodes) for i in range(max(queues, len(nodes)))]
             transport = ray_run_code(mode, name, namespace, self._queues, code_runtime, code_dispatch)
         self._mode, self._code_runtime = mode, code_runtime
         self._core = RegistryCore(name, namespace, lambda v: write_version(key, v), transport=transport)
@@ -169,6 +170,7 @@ class RegistryActor:
         self._approvals: Any = None
         self._executor_count, self._executor_concurrency = executors, executor_concurrency
         self._executors: list[Any] = []
+        self._executor_node: dict[str, str | None] = {}
         self.executors()  # created with the registry: the first call finds them started
         self.scope_hosts()
         self._leases = Leases(lambda: self._core.version)
@@ -342,7 +344,7 @@ class RegistryActor:
             self._hosts = [self._new_shared_host(i, count, nodes) for i in range(count)]
         return self._hosts
 
-    def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
+    async def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
         """The host of ``agent``'s scope. ``dead`` is the id of a host a client saw die:
         if it is the one on record, a new one starts from its agents' journals. Dedicated
         hosting makes the agent's host on first use (it lives until the scope is closed
@@ -351,7 +353,7 @@ class RegistryActor:
             index = host_index(agent, len(self._hosts))
             if dead is not None and self._hosts[index]._actor_id.hex() == dead:
                 release(self._hosts[index])
-                self._hosts[index] = self._new_shared_host(index, len(self._hosts), _alive_nodes())
+                self._hosts[index] = self._new_shared_host(index, len(self._hosts), await asyncio.to_thread(_alive_nodes))
             return self._hosts[index]
         handle = self._scopes.get(agent)
         if handle is not None and dead is not None and handle._actor_id.hex() == dead:
@@ -393,13 +395,22 @@ class RegistryActor:
 
     def _new_executor(self, index: int, nodes: list[str]) -> Any:
         """Executor ``index``, pinned to ``nodes[index % len(nodes)]`` (alive node ids)."""
-        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
-        return ExecutorActor.options(
+        node = nodes[index % len(nodes)] if nodes else None
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False) if node else "SPREAD"
+        handle: Any = ExecutorActor.options(
             **EXECUTOR_OPTIONS, max_concurrency=self._executor_concurrency, scheduling_strategy=strategy,
         ).remote(self._name, self._namespace, calls=self._executor_concurrency)
+        self._executor_node[handle._actor_id.hex()] = node
+        return handle
 
-    def _new_queue(self) -> Any:
-        return CodeRunQueue.options(**QUEUE_OPTIONS).remote(self._name, self._namespace)  # type: ignore[attr-defined]
+    def _new_queue(self, index: int, nodes: list[str]) -> tuple[Any, str | None]:
+        """Code Mode queue ``index``, pinned to ``nodes[index % len(nodes)]`` (so a run finds
+        one on its own node), with that node."""
+        node = nodes[index % len(nodes)] if nodes else None
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False) if node else "SPREAD"
+        handle = CodeRunQueue.options(**QUEUE_OPTIONS, scheduling_strategy=strategy).remote(  # type: ignore[attr-defined]
+            self._name, self._namespace)
+        return handle, node
 
     def executors(self) -> list[Any]:
         """The pool of executor actors, made on first use: ``executors`` of them (default:
@@ -410,18 +421,23 @@ class RegistryActor:
             self._executors = [self._new_executor(i, nodes) for i in range(count)]
         return self._executors
 
-    def replace_executor(self, actor_id: str) -> None:
+    def executor_nodes(self) -> list[tuple[Any, str | None]]:
+        """Each executor with the node it is pinned to (how callers route to their node)."""
+        return [(handle, self._executor_node.get(handle._actor_id.hex())) for handle in self.executors()]
+
+    async def replace_executor(self, actor_id: str) -> None:
         """A client saw this executor die for good (``ray.kill``): start its successor."""
         for index, handle in enumerate(self._executors):
             if handle._actor_id.hex() == actor_id:
-                self._executors[index] = self._new_executor(index, _alive_nodes())
+                self._executor_node.pop(actor_id, None)
+                self._executors[index] = self._new_executor(index, await asyncio.to_thread(_alive_nodes))
 
-    def code_queue(self, dead: str) -> Any:
+    async def code_queue(self, dead: str) -> tuple[Any, str | None] | None:
         """A client saw Code Mode queue ``dead`` die for good: start its successor (once)
-        and return it."""
-        for index, handle in enumerate(self._queues):
+        and return it, with its node."""
+        for index, (handle, _) in enumerate(self._queues):
             if handle._actor_id.hex() == dead:
-                self._queues[index] = self._new_queue()
+                self._queues[index] = self._new_queue(index, await asyncio.to_thread(_alive_nodes))
                 return self._queues[index]
         return self._queues[0] if self._queues else None
 

@@ -42,7 +42,7 @@ from ..log import FrameFile, FsyncPolicy, InvalidEventError, check_event, derive
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
 from .local import ensure_ray
 from .response import Response
-from .revive import live_actor
+from .revive import live_actor, live_actor_async
 from .wire import DEFAULT_NAMESPACE
 
 __all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterCore"]
@@ -242,13 +242,15 @@ class _Batcher:
         self._pending: list[_Append] = []
         self._sending = False
 
-    async def submit(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]]) -> tuple[Any, ...]:
+    def enqueue(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]]) -> "asyncio.Future[Any]":
+        """Queue an append now (appends go out in the order they were queued); await the
+        future for its result."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append(_Append(session_id, events, reopen, future))
         if not self._sending:
             self._sending = True
             asyncio.ensure_future(self._send())
-        return await future  # type: ignore[no-any-return]
+        return future
 
     async def _send(self) -> None:
         try:
@@ -319,17 +321,30 @@ def writer_name(node_id: str) -> str:
 _WRITERS: dict[tuple[str, str], Any] = {}
 
 
+def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
+    return lambda: SessionWriter.options(  # type: ignore[attr-defined]
+        **SESSION_WRITER_OPTIONS, name=writer_name(node), namespace=namespace, get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+    ).remote()
+
+
 def _writer(namespace: str, node: str) -> Any:
     """This process's handle of ``node``'s session writer: made (or found) and asked to
-    answer once, then kept until it is seen dead for good."""
+    answer once, then kept until it is seen dead for good (blocking: for plain code)."""
     handle = _WRITERS.get((namespace, node))
     if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
-        handle, _ = live_actor(
-            lambda: SessionWriter.options(  # type: ignore[attr-defined]
-                **SESSION_WRITER_OPTIONS, name=writer_name(node), namespace=namespace, get_if_exists=True,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            ).remote(),
-            lambda h: h.ping.remote(), what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
+        handle, _ = live_actor(_writer_options(namespace, node), lambda h: h.ping.remote(),
+                               what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
+        _WRITERS[(namespace, node)] = handle
+    return handle
+
+
+async def _writer_async(namespace: str, node: str) -> Any:
+    """:func:`_writer` for async code: nothing blocks the event loop while the writer answers."""
+    handle = _WRITERS.get((namespace, node))
+    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+        handle, _ = await live_actor_async(_writer_options(namespace, node), lambda h: h.ping.remote(),
+                                           what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
         _WRITERS[(namespace, node)] = handle
     return handle
 
@@ -343,6 +358,8 @@ class SessionLog:
         self.namespace = namespace
         self._record = dict(record)
         self._writer: Any = handle
+        self._waiting = 0  # appends waiting for the writer's handle to be looked up
+        self._order: asyncio.Lock | None = None
 
     @property
     def session_id(self) -> str:
@@ -384,7 +401,7 @@ class SessionLog:
         for good is made again): for what runs nothing twice — opens and reads."""
         for attempt in range(_WRITER_TRIES):
             try:
-                return await send(self._handle())
+                return await send(await self._handle_async())
             except ACTOR_GONE as exc:
                 self._writer_failed(exc, attempt)
                 await asyncio.sleep(_WRITER_PAUSE_S)
@@ -414,9 +431,15 @@ class SessionLog:
 
     @classmethod
     def find(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog | None":
-        """The session's log if one is open (from any process), else ``None``."""
+        """The session's log if one is open (from any process), else ``None`` (blocking: a
+        read of the cluster's KV store; in async code, :meth:`find_async`)."""
         raw = internal_kv._internal_kv_get(_kv_key(namespace, session_id), namespace=_KV_NAMESPACE)
         return None if raw is None else cls(session_id, namespace, msgpack.unpackb(raw))
+
+    @classmethod
+    async def find_async(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog | None":
+        """:meth:`find` for async code: the KV read runs off the event loop."""
+        return await asyncio.to_thread(cls.find, session_id, namespace)
 
     def _open_on(self, handle: Any) -> Any:
         record = self._record
@@ -424,11 +447,35 @@ class SessionLog:
 
     def _handle(self) -> Any:
         """The writer's handle (one per node, shared by this process's clients); one seen
-        dead for good is made again on its node."""
+        dead for good is made again on its node (blocking: for plain code)."""
         handle = self._writer
         if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
             self._writer = handle = _writer(self.namespace, self._record["node"])
         return handle
+
+    async def _handle_async(self) -> Any:
+        """:meth:`_handle` for async code (nothing blocks the event loop)."""
+        handle = self._writer
+        if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+            self._writer = handle = await _writer_async(self.namespace, self._record["node"])
+        return handle
+
+    async def _enqueued(self, payloads: list[bytes]) -> "asyncio.Future[Any]":
+        """Queue an append on the writer, in the order appends were made: while the writer's
+        handle is being looked up (first use, or after it died), later appends queue behind
+        the lookup instead of overtaking the ones waiting for it."""
+        handle = self._writer
+        if not self._waiting and handle is not None and handle._actor_id.hex() not in DEAD_ACTORS:
+            return _batcher(handle).enqueue(self._key, payloads, lambda: self._open_on(handle))
+        if self._order is None:
+            self._order = asyncio.Lock()
+        self._waiting += 1
+        try:
+            async with self._order:  # FIFO: the order the appends were made
+                handle = await self._handle_async()
+                return _batcher(handle).enqueue(self._key, payloads, lambda: self._open_on(handle))
+        finally:
+            self._waiting -= 1
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
         """A read on the writer (opening the session there again if it restarted)."""
@@ -444,9 +491,8 @@ class SessionLog:
         # Validated and packed here, once, where the events were made (InvalidEventError
         # at once); the writer only frames and writes the bytes.
         payloads = [msgpack.packb(check_event(e), use_bin_type=True) for e in events]
-        handle = self._handle()
         try:
-            result = await _batcher(handle).submit(self._key, payloads, lambda: self._open_on(handle))
+            result = await (await self._enqueued(payloads))
         except ACTOR_GONE as exc:
             remember_dead(exc)
             raise SessionLogWriteError(
@@ -484,7 +530,7 @@ class SessionLog:
         async def run() -> None:
             await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
                                     namespace=_KV_NAMESPACE)
-            handle = self._handle()
+            handle = await self._handle_async()
             try:
                 await handle.close.remote(self._key)
             except ACTOR_GONE:

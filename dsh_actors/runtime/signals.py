@@ -107,7 +107,8 @@ class HubRef:
                 return  # already exchanged
             try:
                 registry = ray.get_actor(self.registry, namespace=self.namespace)
-                fresh: HubRef = ray.get(registry.signal_hub.remote(seen._actor_id.hex()), timeout=30)  # type: ignore[assignment]
+                # a future, not ray.get: this may be a thread of an async actor's process
+                fresh: HubRef = registry.signal_hub.remote(seen._actor_id.hex()).future().result(30)
             except Exception:
                 return  # the registry is gone too: nothing left to deliver to
             self.handle = fresh.handle

@@ -2,9 +2,9 @@
 
 - actor names (every named actor the runtime makes is named here);
 - :class:`PlanTicket`, what a client caches per scope to say which plan a call runs;
-- the call envelope (:func:`pack_call` / :func:`unpack_execution`): one msgpack bytes
-  argument per call, carrying the execution the client created (token, identity,
-  frozen arguments) — the executor rebuilds it, it never creates it again;
+- the call envelope (:class:`Envelope`): one msgpack bytes argument per call, carrying
+  the execution the client created (token, identity, frozen arguments) — it packs and
+  unpacks itself, and the executor rebuilds the execution from it, never creates it again;
 - the task outcome (:class:`Outcome`): one tagged bytes value per call — the final
   result, or *stale plan* / *need the plan* when nothing ran (and, for a batched call,
   *cancelled* or *failed* where a call of its own would have raised).
@@ -33,12 +33,10 @@ __all__ = [
     "LEASE_S",
     "Outcome",
     "PlanTicket",
+    "Envelope",
     "approvals_actor_name",
     "host_index",
-    "pack_call",
     "scope_actor_name",
-    "unpack_call",
-    "unpack_execution",
 ]
 
 
@@ -68,24 +66,27 @@ def approvals_actor_name(registry: str) -> str:
 # --- plan tickets ------------------------------------------------------------------------------
 
 class PlanTicket:
-    """What a client caches per scope: the registry version the plan was composed at and
-    the plan's object ref (boxed, so an executor receives the ref and fetches the plan
-    only on a cache miss). Where each body runs is the executor's business."""
+    """What a client caches per scope: the registry version the plan was composed at, the
+    plan's object ref (boxed, so an executor receives the ref and fetches the plan only on
+    a cache miss), and whether the plan has ``tools/result`` observers (they run in the
+    caller's process, which then fetches the plan once). Where each body runs is the
+    executor's business."""
 
-    __slots__ = ("version", "plan_box", "plan_id")
+    __slots__ = ("version", "plan_box", "plan_id", "observed")
 
-    def __init__(self, version: int, plan_box: list[Any]) -> None:
+    def __init__(self, version: int, plan_box: list[Any], observed: bool = True) -> None:
         self.version = version
         self.plan_box = plan_box
         self.plan_id = plan_box[0].hex()
+        self.observed = observed
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PlanTicket, (self.version, self.plan_box))
+        return (PlanTicket, (self.version, self.plan_box, self.observed))
 
     @classmethod
     def of(cls, version: int, plan: ExecutionPlan) -> "PlanTicket":
         """Put ``plan`` in the object store and describe it."""
-        return cls(version, [ray.put(plan)])
+        return cls(version, [ray.put(plan)], bool(plan.result))
 
 
 # --- the version subscription's timing -------------------------------------------------------
@@ -102,43 +103,53 @@ def _token_bytes(token: ExecutionToken | None) -> bytes | None:
     return None if token is None else token.__reduce__()[1][0]
 
 
-def pack_call(execution: ToolExecution, *, version: int | None = None, plan_id: str = "", key: bytes = b"",
-              signal_id: str | None = None, aborted: bytes | None = None) -> bytes:
-    """The envelope of one created execution. ``version`` asks the executor to check the
-    registry version (read under ``key``) first; ``signal_id`` links the caller's signal
-    through the signal hub; ``aborted`` carries the reason of a signal already aborted.
+class Envelope:
+    """One call on the wire: the execution its caller created (token, identity, frozen
+    arguments) and how to run it. It packs itself to one msgpack bytes value — the
+    cheapest thing Ray ships (several pickled arguments cost ~0.08 ms more per call,
+    measured) — and unpacks itself on the executor, which rebuilds the execution from it
+    and never creates it again.
 
-    One bytes argument is the cheapest thing Ray ships (several pickled arguments cost
-    ~0.08 ms more per call, measured)."""
-    return msgpack.packb({
-        "token": _token_bytes(execution.token),
-        "call_id": execution.call_id,
-        "name": execution.name,
-        "arguments": execution.arguments,
-        "agent": execution.agent,
-        "parent": _token_bytes(execution.parent),
-        "version": version,
-        "plan": plan_id,
-        "key": key,
-        "signal": signal_id,
-        "aborted": aborted,
-    })
+    ``version`` asks the executor to check the registry version (read under ``key``)
+    first; ``signal`` links the caller's signal through the signal hub; ``aborted``
+    carries the reason of a signal already aborted; ``plan`` names the plan it runs.
+    """
 
+    __slots__ = ("fields",)
 
-def unpack_call(envelope: bytes) -> dict[str, Any]:
-    """The envelope's fields; ``arguments`` arrive deep-frozen (they were checked
-    lossless when the execution was created, so no second walk of the rules)."""
-    return msgpack.unpackb(envelope, object_hook=FrozenDict, list_hook=FrozenList)  # type: ignore[no-any-return]
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
 
+    @classmethod
+    def of(cls, execution: ToolExecution, *, version: int | None = None, plan_id: str = "", key: bytes = b"",
+           signal_id: str | None = None, aborted: bytes | None = None) -> "Envelope":
+        return cls({
+            "token": _token_bytes(execution.token), "call_id": execution.call_id, "name": execution.name,
+            "arguments": execution.arguments, "agent": execution.agent, "parent": _token_bytes(execution.parent),
+            "version": version, "plan": plan_id, "key": key, "signal": signal_id, "aborted": aborted,
+        })
 
-def unpack_execution(call: dict[str, Any], signal: AbortSignal | None) -> ToolExecution:
-    """The execution the client created, rebuilt on this side with ``signal``."""
-    parent = call["parent"]
-    return ToolExecution(
-        call_id=call["call_id"], name=call["name"], arguments=call["arguments"], agent=call["agent"],
-        parent=None if parent is None else token_from_bytes(parent), signal=signal,
-        token=token_from_bytes(call["token"]),
-    )
+    def pack(self) -> bytes:
+        return msgpack.packb(self.fields)  # type: ignore[no-any-return]
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "Envelope":
+        """The envelope of ``raw``; its arguments arrive deep-frozen (they were checked
+        lossless when the execution was created, so no second walk of the rules)."""
+        return cls(msgpack.unpackb(raw, object_hook=FrozenDict, list_hook=FrozenList))
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def execution(self, signal: AbortSignal | None) -> ToolExecution:
+        """The execution the caller created, rebuilt on this side with ``signal``."""
+        fields = self.fields
+        parent = fields["parent"]
+        return ToolExecution(
+            call_id=fields["call_id"], name=fields["name"], arguments=fields["arguments"], agent=fields["agent"],
+            parent=None if parent is None else token_from_bytes(parent), signal=signal,
+            token=token_from_bytes(fields["token"]),
+        )
 
 
 # --- the task outcome ----------------------------------------------------------------------------

@@ -3,11 +3,13 @@ fake actor whose methods answer like Ray's (``.remote()`` gives an awaitable ref
 
 import asyncio
 import concurrent.futures
+import uuid
 
 import pytest
 
 from dsh_actors.core.types import ToolExecutionResult
-from dsh_actors.runtime.batches import Lanes, Mailboxes
+from dsh_actors.runtime.lanes import Lanes
+from dsh_actors.runtime.mailboxes import Mailboxes
 from dsh_actors.runtime.wire import Outcome
 
 
@@ -52,7 +54,7 @@ class FakeExecutor:
     _actor_id = "fake-executor"
 
     def __init__(self):
-        self.mail = Mailboxes()
+        self.mail = Mailboxes(incarnation=uuid.uuid4().hex)  # each fake process its own
         self.sent: list[str] = []
         self.gates: dict[str, asyncio.Event] = {}
         self.dead: BaseException | None = None
@@ -60,7 +62,7 @@ class FakeExecutor:
             setattr(self, name, Method(self, name))
 
     def restart(self):
-        self.mail = Mailboxes()
+        self.mail = Mailboxes(incarnation=uuid.uuid4().hex)  # each fake process its own
 
     @staticmethod
     def wake_collect(mail, client):
@@ -245,7 +247,7 @@ def test_an_executor_runs_at_most_its_calls_at_once_and_a_sub_call_runs_in_its_r
     from dsh_actors.core.pipeline import ExecutionPlan
     from dsh_actors.core.types import ExecutionToken, ToolExecution
     from dsh_actors.runtime.executor import ExecutorCore
-    from dsh_actors.runtime.wire import pack_call
+    from dsh_actors.runtime.wire import Envelope
 
     async def scenario():
         entered, gate = [], asyncio.Event()
@@ -260,8 +262,8 @@ def test_an_executor_runs_at_most_its_calls_at_once_and_a_sub_call_runs_in_its_r
         core._plans["plan"] = ExecutionPlan(tools=FrozenDict({"waits": tool}))
 
         def envelope(call_id):
-            return pack_call(ToolExecution(call_id=call_id, name="waits", arguments=FrozenDict(), agent=None,
-                                           token=ExecutionToken()), plan_id="plan")
+            return Envelope.of(ToolExecution(call_id=call_id, name="waits", arguments=FrozenDict(), agent=None,
+                                           token=ExecutionToken()), plan_id="plan").pack()
 
         calls = [asyncio.ensure_future(core.execute(envelope(f"c{i}"))) for i in range(3)]
         await asyncio.sleep(0.05)
@@ -298,7 +300,7 @@ class _Probe:
 
 
 def _pool_of_one():
-    from dsh_actors.runtime.calls import ExecutorPool
+    from dsh_actors.runtime.routes import ExecutorRoutes
 
     class Handle:
         _actor_id = "the-only-executor"
@@ -307,14 +309,14 @@ def _pool_of_one():
     class Link:
         incarnation = 1
 
-        def actor(self):
+        async def actor_async(self):
             return None
 
         async def call(self, method):
-            assert method == "executors"
-            return [Handle]
+            assert method == "executor_nodes"
+            return [(Handle, None)]
 
-    return ExecutorPool(Link()), Handle
+    return ExecutorRoutes(Link()), Handle
 
 
 def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_answer():
@@ -343,9 +345,9 @@ def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_ans
 
 @pytest.mark.parametrize("outcome", ["died for good", "no answer in time"])
 def test_a_probe_that_fails_or_never_answers_lets_the_call_go_to_get_its_coded_result(monkeypatch, outcome):
-    from dsh_actors.runtime import calls
+    from dsh_actors.runtime import routes
 
-    monkeypatch.setattr(calls, "REVIVAL_WAIT_S", 0.1)
+    monkeypatch.setattr(routes, "REVIVAL_WAIT_S", 0.1)
 
     async def scenario():
         pool, handle = _pool_of_one()

@@ -45,7 +45,8 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
     assert session.derive_messages().result(T) == []  # dispatch events never surface
     session.close().result(T)
     if code_registry._handle() is not None:
-        queues = ray.get(code_registry._handle().__ray_call__.remote(lambda self: self._queues), timeout=T)
+        queues = ray.get(code_registry._handle().__ray_call__.remote(lambda self: [q for q, _ in self._queues]),
+                         timeout=T)
         if queues:  # queue-actor dispatch: the run's queue was released after the run
             assert sum(ray.get([q.runs.remote() for q in queues], timeout=T)) == 0
 
@@ -145,7 +146,7 @@ def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_run
 
         registry.register(echo("slow", execute=slow)).result(T)
         registry.register(echo()).result(T)
-        queues = ray.get(registry._handle().__ray_call__.remote(lambda self: self._queues), timeout=T)
+        queues = ray.get(registry._handle().__ray_call__.remote(lambda self: [q for q, _ in self._queues]), timeout=T)
 
         async def scenario():
             run = asyncio.ensure_future(registry.execute(call_id="k", name="run_code", arguments={
@@ -188,7 +189,7 @@ def test_in_task_sub_calls_run_on_the_runs_own_executor_without_a_ray_hop(ray_cl
         pids = set(ray.get([e.__ray_call__.remote(lambda self: os.getpid()) for e in executors], timeout=T))
         assert len(pids) == 2
         native = {int(registry.execute(call_id=f"n{i}", name="echo", arguments={}).result(T).text) for i in range(4)}
-        assert native == pids  # native calls are spread over the pool ...
+        assert len(native) == 1 and native <= pids  # native calls go to the executor on the driver's node ...
         ran = run_code(registry.scope("here"), "return [await tools.echo() for _ in range(6)]")
         assert len(set(eval(ran.text))) == 1 and {int(p) for p in eval(ran.text)} <= pids  # ... a run's sub-calls stay home
     finally:

@@ -4,10 +4,13 @@ what was passed is what was sent, and nothing fails in silence."""
 import asyncio
 import gc
 import logging
+import os
 import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
 
 
 from dsh_actors import HarnessError, define_tool, text_block
@@ -162,7 +165,12 @@ ASKING_DRIVER = textwrap.dedent("""
     from dsh_actors import ask, define_tool, text_block
     from dsh_actors.runtime import ToolRegistry
 
-    ray.init(address=sys.argv[1], logging_level="ERROR")  # actor output forwarded, as by default
+    from dsh_actors.runtime.local import ensure_ray
+
+    if sys.argv[1] == "local":
+        ensure_ray()  # a Ray of its own, as a driver without RAY_ADDRESS starts one
+    else:
+        ray.init(address=sys.argv[1], logging_level="ERROR")  # actor output forwarded, as by default
     registry = ToolRegistry.connect(sys.argv[2])
     registry.register(define_tool(name="risky", description="r", parameters={},
                                   execute=lambda a, c: [text_block("ran")])).result(60)
@@ -173,32 +181,73 @@ ASKING_DRIVER = textwrap.dedent("""
 """)
 
 
-def test_a_queued_ask_prints_the_command_that_answers_it_and_that_command_works(ray_cluster):
+def clean_env():
+    """A new shell's environment: none of the switches this test session set for Ray."""
+    env = dict(os.environ)
+    for key in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_ADDRESS"):
+        env.pop(key, None)
+    return env
+
+
+def printed_command(driver):
     import re
 
+    for line in driver.stdout:
+        found = re.search(r"`dsh-actors (approvals allow [^`]+)`", line)
+        if found:
+            return found.group(1).split()
+    raise AssertionError(driver.stderr.read()[-2000:])
+
+
+@pytest.mark.parametrize("cluster", ["the session's cluster", "the driver's own local Ray"])
+def test_a_queued_ask_prints_the_command_that_answers_it_and_that_command_works_from_a_new_shell(ray_cluster, cluster):
     name = f"asking-{time.monotonic_ns()}"
-    driver = subprocess.Popen([sys.executable, "-c", ASKING_DRIVER, ray_cluster["cluster"].address, name],
+    address = ray_cluster["cluster"].address if cluster == "the session's cluster" else "local"
+    # The driver is set up for its cluster; the answer comes from a new shell, knowing nothing.
+    driver = subprocess.Popen([sys.executable, "-c", ASKING_DRIVER, address, name],
+                              env=dict(os.environ) if address != "local" else clean_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        command = None
-        for line in driver.stdout:
-            found = re.search(r"`dsh-actors (approvals allow [^`]+)`", line)
-            if found:
-                command = found.group(1).split()
-                break
-        assert command is not None, driver.stderr.read()[-2000:]
-        assert command[command.index("--address") + 1] == ray_cluster["cluster"].address
-        answer = subprocess.run([sys.executable, "-m", "dsh_actors", *command],
+        command = printed_command(driver)
+        if cluster == "the session's cluster":
+            assert command[command.index("--address") + 1] == ray_cluster["cluster"].address
+        wrong = subprocess.run([sys.executable, "-m", "dsh_actors", *command[:command.index("--registry") + 1],
+                                "no-such-registry", *command[command.index("--registry") + 2:]],
+                               env=clean_env(), capture_output=True, text=True, timeout=T)
+        assert wrong.returncode == 1 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+        assert "registry 'no-such-registry' has no approval queue" in wrong.stderr
+        started = time.monotonic()
+        answer = subprocess.run([sys.executable, "-m", "dsh_actors", *command], env=clean_env(),
                                 capture_output=True, text=True, timeout=T)
-        assert answer.returncode == 0, answer.stderr[-2000:]
+        assert answer.returncode == 0, answer.stderr[-2000:]  # loopback kept, the token found: as printed
+        assert time.monotonic() - started < 60
         rest = driver.stdout.read()
         assert "RESULT ran False" in rest, rest[-2000:]
     finally:
         driver.kill()
         driver.communicate()  # reaps it and closes its pipes
-        from dsh_actors.runtime import ToolRegistry
+        if cluster == "the session's cluster":
+            from dsh_actors.runtime import ToolRegistry
 
-        try:
-            ToolRegistry(name).shutdown()
-        except Exception:
-            pass
+            try:
+                ToolRegistry(name).shutdown()
+            except Exception:
+                pass
+
+
+def test_the_approval_command_gives_up_on_a_cluster_that_is_gone_and_stops_on_sigterm():
+    import signal
+
+    started = time.monotonic()
+    gone = subprocess.run([sys.executable, "-m", "dsh_actors", "approvals", "list", "--address", "127.0.0.1:9",
+                           "--timeout", "3"], env=clean_env(), capture_output=True, text=True, timeout=T)
+    assert gone.returncode == 1 and "no Ray cluster answered at 127.0.0.1:9 within 3s" in gone.stderr
+    assert time.monotonic() - started < 30
+    waiting = subprocess.Popen([sys.executable, "-m", "dsh_actors", "approvals", "list", "--address", "127.0.0.1:9",
+                                "--timeout", "300"], env=clean_env(), stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # connecting, retrying inside Ray
+    stopped = time.monotonic()
+    waiting.send_signal(signal.SIGTERM)
+    _, said = waiting.communicate(timeout=10)
+    assert waiting.returncode == 128 + signal.SIGTERM and time.monotonic() - stopped < 10
+    assert "stopped (SIGTERM)" in said

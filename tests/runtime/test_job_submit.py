@@ -54,7 +54,8 @@ def head_node():
         env=env, capture_output=True, text=True, timeout=180)
     try:
         assert started.returncode == 0, started.stderr[-2000:]
-        yield {"dashboard": f"http://127.0.0.1:{dashboard}", "env": {**env, "RAY_AUTH_MODE": "token"}}
+        yield {"dashboard": f"http://127.0.0.1:{dashboard}", "env": {**env, "RAY_AUTH_MODE": "token"},
+               "address": f"127.0.0.1:{port}"}
     finally:
         for pid in _pids_under(temp):  # exactly the processes this cluster started
             try:
@@ -96,3 +97,20 @@ def test_the_batch_job_and_the_agent_loop_run_under_ray_job_submit(head_node, tm
     assert summary["model"]["success_rate"] == 1.0
     assert [e["turns"] for e in summary["per_episode"] if e["id"] == "lookup"] == [2]
     assert len(server.requests) == 2 and server.requests[1]["messages"][-1]["role"] == "tool"
+    # An ask on the same `ray start` cluster, answered from a new shell that only has RAY_ADDRESS.
+    from .test_driving import ASKING_DRIVER, clean_env, printed_command
+
+    driver = subprocess.Popen([sys.executable, "-c", ASKING_DRIVER, head_node["address"], "asking"],
+                              env=head_node["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        command = printed_command(driver)
+        assert command[command.index("--address") + 1] == head_node["address"]
+        command = command[:command.index("--address")] + command[command.index("--address") + 2:]
+        answer = subprocess.run([sys.executable, "-m", "dsh_actors", *command],
+                                env={**clean_env(), "RAY_ADDRESS": head_node["address"]},
+                                capture_output=True, text=True, timeout=120)
+        assert answer.returncode == 0, answer.stderr[-2000:]
+        assert "RESULT ran False" in driver.stdout.read()
+    finally:
+        driver.kill()
+        driver.communicate()

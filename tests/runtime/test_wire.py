@@ -5,15 +5,15 @@ import pytest
 from dsh_actors import ToolExecution, ToolExecutionResult
 from dsh_actors.core.jsonvalue import FrozenDict, FrozenList, FrozenValueError
 from dsh_actors.core.types import ExecutionToken
-from dsh_actors.runtime.wire import Outcome, pack_call, unpack_call, unpack_execution
+from dsh_actors.runtime.wire import Envelope, Outcome
 
 
 def test_an_envelope_carries_the_created_execution_and_its_arguments_arrive_frozen():
     parent = ExecutionToken()
     execution = ToolExecution(call_id="c1", name="echo", arguments={"a": [1, {"b": "é"}]}, agent="agent-7",
                               parent=parent)
-    call = unpack_call(pack_call(execution, version=4, plan_id="p", key=b"k"))
-    again = unpack_execution(call, None)
+    call = Envelope.unpack(Envelope.of(execution, version=4, plan_id="p", key=b"k").pack())
+    again = call.execution(None)
     assert (again.call_id, again.name, again.agent) == ("c1", "echo", "agent-7")
     assert again.token == execution.token and again.parent == parent  # the identity minted once, by the caller
     assert again.arguments == {"a": [1, {"b": "é"}]}

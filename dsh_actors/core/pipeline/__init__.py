@@ -40,7 +40,7 @@ from ..boundary import as_failure, is_own_cancellation
 from .chain import run_chain, settle
 from .create import InvalidExecutionInputError, create_execution
 from .dispatch import dispatch_tool, parse_result, run_execute
-from .finalize import finish
+from .finalize import finish, notify_observers
 from .guards import GuardError, run_guards
 from .plan import ApprovalOutcome, ApprovalRequest, ApprovalSeam, ExecutionPlan, PlanResolver
 from .post_execute import run_post_execute
@@ -61,6 +61,7 @@ __all__ = [
     "finalize",
     "finish",
     "gate",
+    "notify_observers",
     "parse_result",
     "prepare",
     "run",
@@ -141,7 +142,7 @@ async def dispatch(step: Step) -> Step:
     return Step("post", step.execution, step.plan, result)
 
 
-async def finalize(step: Step) -> ToolExecutionResult:
+async def finalize(step: Step, *, observe: bool = True) -> ToolExecutionResult:
     """Run post-execute on a ``"post"`` step (if any), then :func:`finish`."""
     result = step.result
     if result is None:
@@ -153,13 +154,13 @@ async def finalize(step: Step) -> ToolExecutionResult:
             if is_own_cancellation(exc):
                 raise
             result = _failed(exc, "a tools/post-execute listener")
-    return finish(step.execution, result, step.plan)
+    return finish(step.execution, result, step.plan, observe=observe)
 
 
-async def _complete(step: Step) -> ToolExecutionResult:
+async def _complete(step: Step, observe: bool = True) -> ToolExecutionResult:
     if step.stage == "dispatch":
         step = await dispatch(step)
-    return await finalize(step)
+    return await finalize(step, observe=observe)
 
 
 async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> ToolExecutionResult:
@@ -167,6 +168,7 @@ async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken 
     return await _complete(await prepare(source, plan_for, token=token))
 
 
-async def run(execution: ToolExecution, plan: ExecutionPlan) -> ToolExecutionResult:
-    """:func:`execute` for an execution already created, against its plan."""
-    return await _complete(await gate(execution, plan))
+async def run(execution: ToolExecution, plan: ExecutionPlan, *, observe: bool = True) -> ToolExecutionResult:
+    """:func:`execute` for an execution already created, against its plan (``observe``:
+    see :func:`finish`)."""
+    return await _complete(await gate(execution, plan), observe)

@@ -18,7 +18,7 @@ from ..jsonvalue import NotLosslessJSONError, snapshot
 from ..types import ToolExecution, ToolExecutionResult
 from .plan import ExecutionPlan
 
-__all__ = ["finish", "log"]
+__all__ = ["finish", "log", "notify_observers"]
 
 log = logging.getLogger("dsh_actors.pipeline")
 
@@ -53,10 +53,13 @@ def notify_observers(execution: ToolExecution, result: ToolExecutionResult, plan
             )
 
 
-def finish(execution: ToolExecution, result: Mapping[str, Any], plan: ExecutionPlan | None) -> ToolExecutionResult:
-    """Materialise, freeze, observe; returns the frozen result."""
+def finish(execution: ToolExecution, result: Mapping[str, Any], plan: ExecutionPlan | None, *,
+           observe: bool = True) -> ToolExecutionResult:
+    """Materialise, freeze, observe; returns the frozen result. ``observe=False`` leaves
+    the ``tools/result`` observers to whoever receives the result (on Ray: the caller's
+    process, which is the one place that always ends a call, whatever died on the way)."""
     final = _materialise(execution, result)
     execution.freeze()
-    if plan is not None:
+    if plan is not None and observe:
         notify_observers(execution, final, plan)
     return final

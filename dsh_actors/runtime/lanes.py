@@ -1,61 +1,46 @@
-"""Call batches: once several calls are in flight to one executor, they share actor tasks.
+"""The caller's side of call batches: once several calls are in flight to one executor,
+they share actor tasks.
 
 An actor call costs about as much CPU whatever it carries (≈0.7 ms in the caller and
 ≈0.9 ms in an async actor here), so a process that keeps many calls in flight sends them
 together — without tying a fast call's result to a slow one's:
 
-- **Sending** (:class:`Lanes`, one per event loop and dispatcher; a :class:`_Lane` per
-  executor). A call made while its lane is idle goes at once as its own actor task
-  (``execute``): one call in flight pays nothing for batching. A call made while others
-  are in flight waits for the end of the loop's current iteration; every call queued by
-  then goes in one ``execute_batch`` task, which only starts them.
+- **Sending** (:class:`Lanes`, one per event loop; a :class:`_Lane` per executor). A call
+  made while its lane is idle goes at once as its own actor task (``execute``): one call
+  in flight pays nothing for batching. A call made while others are in flight waits for
+  the end of the loop's current iteration; every call queued by then goes in one
+  ``execute_batch`` task, which only starts them.
 - **Collecting.** While batched calls are pending, the lane keeps one ``collect`` long
-  poll open on their executor. It answers as soon as any result is ready, with every
-  result ready by then, so results return in groups as they finish — an approval wait
-  of an hour never holds the call batched beside it.
+  poll open on their executor (:mod:`.mailboxes` is the executor's side). It answers as
+  soon as any result is ready, with every result ready by then, so results return in
+  groups as they finish — an approval wait of an hour never holds the call batched
+  beside it.
 - **Failures.** Each executor incarnation has an id that ``execute_batch`` answers; a
   ``collect`` for another incarnation answers ``None``, so calls started by an executor
   that died and was restarted fail (``WORKER_CRASHED``) instead of waiting for results
   no one will send. A ``collect`` or ``execute_batch`` that fails fails its calls with
-  Ray's error, exactly as ``await`` on the call's own task would have.
+  Ray's error, exactly as ``await`` on the call's own task would have (the caller then
+  tells a call that never reached the executor from one that may have run).
 - **Cancelling** a queued call drops it; a batched one is cancelled in its executor
   (``cancel_batched``), and it answers *cancelled* like a cancelled actor task.
 
-On the executor, :class:`Mailboxes` runs each batched call as a task and keeps its
-outcome for the caller's next ``collect``; outcomes nobody collected for
-:data:`KEEP_S` (their caller died) are dropped. Both sides are plain asyncio: tests
-drive them without Ray.
+Plain asyncio: tests drive it without Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import threading
-import time
 import uuid
-import weakref
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import ray
 
-from ..core.errors import error_result
-from .errors import WorkerCrashedError, translate
+from .errors import WorkerCrashedError
+from .mailboxes import COLLECT_WAIT_S, Item
 from .wire import Outcome
 
-__all__ = ["COLLECT_WAIT_S", "KEEP_S", "Lanes", "Mailboxes", "SentCall", "lanes_of"]
+__all__ = ["Lanes", "SentCall"]
 
-COLLECT_WAIT_S = 30.0
-"""How long one ``collect`` waits for a result before answering empty (the caller polls again)."""
-KEEP_S = 300.0
-"""How long an executor keeps outcomes for a caller that stopped collecting (it died)."""
-
-_GATHER_TURNS = 8
-Item = tuple[int, bytes, Any, Any]
-"""One batched call on the wire: its key in the lane, its envelope, its plan box, its hub."""
-
-
-# --- the caller's side -----------------------------------------------------------------------
 
 class SentCall:
     """One call handed to a lane: ``await`` it for the executor's outcome bytes (or Ray's
@@ -182,11 +167,11 @@ class _Lane:
                     entries = await self.executor.collect.remote(self.client, incarnation, COLLECT_WAIT_S)
                 except Exception as exc:
                     self._lose(lambda c: c.incarnation == incarnation, exc)
-                    self.incarnation = None
+                    self._forget(incarnation)
                     continue
                 if entries is None:  # that executor is not the one that started them
                     self._lose(lambda c: c.incarnation == incarnation)
-                    self.incarnation = None
+                    self._forget(incarnation)
                     continue
                 for key, raw in entries:
                     call = self.pending.pop(key, None)
@@ -194,6 +179,12 @@ class _Lane:
                         call.resolve(raw)
         finally:
             self._collecting = False
+
+    def _forget(self, incarnation: str) -> None:
+        """That executor process is gone — unless a batch started since already learnt
+        its successor's incarnation (then calls started there are still collected)."""
+        if self.incarnation == incarnation:
+            self.incarnation = None
 
     def _lose(self, which: Callable[[SentCall], bool], error: BaseException | None = None) -> None:
         """Fail the pending calls ``which`` selects: with ``error``, or as lost with an
@@ -235,125 +226,3 @@ class Lanes:
         return lane.send(envelope, plan_box, hub)
 
 
-_LANES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Lanes]]" = weakref.WeakKeyDictionary()
-_LANES_LOCK = threading.Lock()
-
-
-def lanes_of(owner: object) -> Lanes:
-    """The running loop's :class:`Lanes` for ``owner`` (a dispatcher): futures belong to
-    one loop, and a process may run calls from several (a driver's and the background one)."""
-    loop = asyncio.get_running_loop()
-    with _LANES_LOCK:
-        per_loop = _LANES.get(loop)
-        if per_loop is None:
-            per_loop = _LANES[loop] = {}
-        lanes = per_loop.get(id(owner))
-        if lanes is None:
-            lanes = per_loop[id(owner)] = Lanes(loop)
-        return lanes
-
-
-# --- the executor's side ---------------------------------------------------------------------
-
-class _Mailbox:
-    __slots__ = ("ready", "running", "woken", "polled_at", "polling")
-
-    def __init__(self, now: float) -> None:
-        self.ready: list[tuple[int, bytes]] = []
-        self.running: dict[int, asyncio.Task[bytes]] = {}
-        self.woken = asyncio.Event()
-        self.polled_at = now
-        self.polling = 0
-
-
-class Mailboxes:
-    """Batched calls on an executor and their outcomes, per caller (see the module docs).
-
-    ``incarnation`` is this executor process's id: a caller that polls with another one
-    learns its calls are not here (they died with an earlier process).
-    """
-
-    def __init__(self, *, keep_s: float = KEEP_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.incarnation = uuid.uuid4().hex
-        self._boxes: dict[str, _Mailbox] = {}
-        self._keep_s, self._clock = keep_s, clock
-        self._swept = clock()
-
-    def _box(self, client: str) -> _Mailbox:
-        box = self._boxes.get(client)
-        if box is None:
-            box = self._boxes[client] = _Mailbox(self._clock())
-        return box
-
-    def start(self, client: str, calls: list[tuple[int, Awaitable[bytes]]]) -> str:
-        """Start each ``(key, outcome coroutine)`` of ``client`` as a task; its outcome
-        (or *cancelled*, or the failure that stopped it) waits in the mailbox."""
-        self._sweep()
-        box = self._box(client)
-        for key, outcome in calls:
-            task = asyncio.ensure_future(outcome)
-            box.running[key] = task
-            task.add_done_callback(functools.partial(self._finished, box, key))
-        return self.incarnation
-
-    def _finished(self, box: _Mailbox, key: int, done: "asyncio.Task[bytes]") -> None:
-        box.running.pop(key, None)
-        if done.cancelled():
-            raw = Outcome.CANCELLED
-        elif done.exception() is not None:
-            exc = done.exception()
-            assert exc is not None
-            raw = Outcome.failed(error_result(translate(exc, what="the call")))
-        else:
-            raw = done.result()
-        box.ready.append((key, raw))
-        box.woken.set()
-
-    async def collect(self, client: str, incarnation: str, wait_s: float) -> list[tuple[int, bytes]] | None:
-        """``client``'s outcomes ready now — waiting up to ``wait_s`` for the first one;
-        ``None`` when ``incarnation`` is not this executor's."""
-        if incarnation != self.incarnation:
-            return None
-        box = self._box(client)
-        box.polling += 1
-        try:
-            if not box.ready:
-                box.woken.clear()
-                try:
-                    await asyncio.wait_for(box.woken.wait(), wait_s)
-                except asyncio.TimeoutError:
-                    pass
-                for _ in range(_GATHER_TURNS):  # while results keep arriving, let them join this answer
-                    count = len(box.ready)
-                    await asyncio.sleep(0)
-                    if len(box.ready) == count:
-                        break
-        finally:
-            box.polling -= 1
-            box.polled_at = self._clock()
-        ready, box.ready = box.ready, []
-        return ready
-
-    def cancel(self, client: str, keys: list[int]) -> None:
-        """Cancel ``client``'s calls ``keys`` (each answers *cancelled* unless it finished)."""
-        box = self._boxes.get(client)
-        for key in keys:
-            task = box.running.get(key) if box is not None else None
-            if task is not None:
-                task.cancel()
-
-    def _sweep(self) -> None:
-        """Drop the outcomes of callers that stopped collecting :data:`KEEP_S` ago."""
-        now = self._clock()
-        if now - self._swept < min(self._keep_s, 10.0):
-            return
-        self._swept = now
-        for client, box in list(self._boxes.items()):
-            if not box.polling and now - box.polled_at > self._keep_s:
-                box.ready.clear()
-                if not box.running:
-                    del self._boxes[client]
-
-    def __len__(self) -> int:
-        """How many callers have a mailbox here."""
-        return len(self._boxes)

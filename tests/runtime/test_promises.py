@@ -1,0 +1,263 @@
+"""The caller side's promises on real Ray, asserted from outside.
+
+- Locality: a call runs on an executor of its caller's node (the body reports its node), and
+  on another node only while none is alive there — back once one is.
+- Exactly one result per call within a bounded time when an executor dies at any moment
+  (``ray.kill`` and SIGKILL, calls streaming): counted per call id; bodies write a marker per
+  run, so no call ran twice; observers hear each call once.
+- A call that never reached an executor (it was restarting) goes to another one.
+- A cancel made right after the call is never lost: the body never starts.
+- An ask dies with its call: once the executor holding it died, it can no longer be allowed.
+- Nothing blocks an async actor's event loop on Ray: no "blocking ray.get" warning in any log.
+"""
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from dsh_actors import ask, define_tool, text_block
+from dsh_actors.runtime import ToolRegistry
+
+from .fixtures import Recorder
+
+T = 120
+
+
+def where():
+    return define_tool(name="where", description="the node it ran on", parameters={},
+                       execute=lambda a, c: [text_block(ray.get_runtime_context().get_node_id())])
+
+
+def marked(folder):
+    """``mark``: writes one file per run of its body (name: call id + pid), sleeps, answers."""
+    async def body(args, ctx):
+        Path(folder, f"{ctx.call_id}.{os.getpid()}.{time.monotonic_ns()}").touch()
+        await asyncio.sleep(float(args.get("s", 0.05)))
+        return [text_block(f"ran {ctx.call_id}")]
+
+    return define_tool(name="mark", description="marks each run", parameters={"s": {"type": "number"}}, execute=body)
+
+
+def connect(name, **options):
+    return ToolRegistry.connect(f"{name}-{os.getpid()}-{time.monotonic_ns()}", **options)
+
+
+def executor_on(registry, node):
+    pairs = ray.get(registry._handle().executor_nodes.remote(), timeout=T)
+    return next(handle for handle, at in pairs if at == node)
+
+
+def pid_of(handle):
+    return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+
+
+@ray.remote(num_cpus=0)
+class Caller:
+    """Makes calls from wherever it is placed."""
+
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+
+    async def calls(self, registry, n, name="where", prefix="c"):
+        results = await asyncio.gather(*[registry.execute(call_id=f"{prefix}{i}", name=name, arguments={})
+                                         for i in range(n)])
+        return [(r.is_error, r.error["code"] if r.is_error else r.text) for r in results]
+
+
+def test_calls_run_on_the_callers_node_and_elsewhere_only_while_none_is_alive_there(ray_cluster):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    special = ray_cluster["special_node"].node_id
+    head = ray.get_runtime_context().get_node_id()
+    registry = connect("local", executors=2)
+    try:
+        registry.register(where()).result(T)
+        remote = Caller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(special, soft=False)).remote()
+        assert ray.get(remote.node.remote(), timeout=T) == special
+        from_head = [registry.execute(call_id=f"h{i}", name="where", arguments={}).result(T).text for i in range(30)]
+        from_special = ray.get(remote.calls.remote(registry, 30), timeout=T)
+        assert set(from_head) == {head}  # every call ran on its caller's node
+        assert from_special == [(False, special)] * 30
+        # The special node's executor killed (Ray restarts it): calls made meanwhile never
+        # reach it, so they go to the head's executor — none fails ...
+        os.kill(pid_of(executor_on(registry, special)), signal.SIGKILL)
+        time.sleep(0.2)
+        restarting = ray.get(remote.calls.remote(registry, 30, prefix="r"), timeout=T)
+        assert all(not failed for failed, _ in restarting), restarting
+        assert head in {at for _, at in restarting}
+        # ... and killed for good: once a call met the death (a call sent
+        # to an actor Ray already holds dead reads like one it held: WORKER_CRASHED), its
+        # callers' calls go to the head's until the registry's replacement is up there ...
+        ray.kill(executor_on(registry, special))
+        ray.get(remote.calls.remote(registry, 1, prefix="first"), timeout=T)
+        while_gone = ray.get(remote.calls.remote(registry, 30, prefix="g"), timeout=T)
+        assert all(not failed and at in (head, special) for failed, at in while_gone), while_gone
+        # ... and come back once its successor is up (the registry replaced it on the same node).
+        deadline = time.monotonic() + 60
+        back = []
+        while time.monotonic() < deadline:
+            back = ray.get(remote.calls.remote(registry, 10, prefix="b"), timeout=T)
+            if {at for _, at in back} == {special}:
+                break
+            time.sleep(0.5)
+        assert {at for _, at in back} == {special}, back
+    finally:
+        registry.shutdown()
+
+
+@pytest.mark.parametrize("kill", ["SIGKILL", "ray.kill"])
+@pytest.mark.timeout(300)
+def test_an_executor_dying_while_calls_stream_costs_each_call_exactly_one_result(ray_cluster, tmp_path, kill):
+    head = ray.get_runtime_context().get_node_id()
+    registry = connect("stream", executors=2)
+    observed = Recorder.remote()
+    try:
+        registry.register(marked(tmp_path)).result(T)
+        registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
+        victim = executor_on(registry, head)  # where the driver's calls go
+        victim_pid = pid_of(victim)
+        total = 400
+
+        async def scenario():
+            waiting = []
+            for i in range(total):
+                waiting.append(asyncio.ensure_future(
+                    registry.execute(call_id=f"s{i}", name="mark", arguments={"s": 0.3})))
+                if i == total // 2:
+                    if kill == "SIGKILL":
+                        os.kill(victim_pid, signal.SIGKILL)
+                    else:
+                        ray.kill(victim)
+                await asyncio.sleep(0.002)
+            return await asyncio.wait_for(asyncio.gather(*waiting), 120)  # bounded: every promise kept
+
+        results = asyncio.run(scenario())
+        ids = [r.call_id for r in results]
+        assert sorted(ids) == sorted(f"s{i}" for i in range(total))  # one result per call, none lost
+        codes = {r.error["code"] for r in results if r.is_error}
+        assert codes <= {"WORKER_CRASHED"}, codes
+        runs: dict[str, int] = {}
+        for marker in tmp_path.iterdir():
+            runs[marker.name.split(".")[0]] = runs.get(marker.name.split(".")[0], 0) + 1
+        assert max(runs.values()) == 1  # no call ran twice
+        assert all(runs.get(r.call_id) == 1 for r in results if not r.is_error)  # each answered call ran once
+        crashed = sum(r.is_error for r in results)
+        assert crashed < total // 2  # only what the dead executor held; later calls went elsewhere
+        deadline = time.monotonic() + 30
+        heard = []
+        while time.monotonic() < deadline:
+            heard = ray.get(observed.all.remote(), timeout=T)
+            if len(heard) >= total:
+                break
+            time.sleep(0.2)
+        assert sorted(heard) == sorted(ids)  # observers heard each call exactly once
+    finally:
+        registry.shutdown()
+
+
+def test_calls_made_while_an_idle_executor_restarts_go_to_another_one(ray_cluster, tmp_path):
+    head = ray.get_runtime_context().get_node_id()
+    registry = connect("idle", executors=2)
+    try:
+        registry.register(marked(tmp_path)).result(T)
+        assert not registry.execute(call_id="warm", name="mark", arguments={"s": 0}).result(T).is_error
+        victim = executor_on(registry, head)
+        os.kill(pid_of(victim), signal.SIGKILL)
+        time.sleep(0.2)  # Ray notices: the executor is restarting, idle (it held no call)
+
+        async def burst():
+            return await asyncio.wait_for(asyncio.gather(*[
+                registry.execute(call_id=f"i{i}", name="mark", arguments={"s": 0}) for i in range(100)]), T)
+
+        results = asyncio.run(burst())
+        assert [r.is_error for r in results] == [False] * 100, {r.error["code"] for r in results if r.is_error}
+    finally:
+        registry.shutdown()
+
+
+def test_a_cancel_made_right_after_the_call_stops_it_before_its_body_starts(ray_cluster, tmp_path):
+    registry = connect("cancel")
+    try:
+        registry.register(marked(tmp_path)).result(T)
+        registry.execute(call_id="warm", name="mark", arguments={"s": 0}).result(T)
+
+        async def scenario():
+            outcomes = []
+            for i in range(20):
+                response = registry.execute(call_id=f"x{i}", name="mark", arguments={"s": 0})
+                response.cancel()
+                outcomes.append(await asyncio.wait_for(response, T))
+            return outcomes
+
+        outcomes = asyncio.run(scenario())
+        time.sleep(0.5)
+        assert [o.error["code"] for o in outcomes] == ["CANCELLED"] * 20
+        assert not [m for m in tmp_path.iterdir() if m.name.startswith("x")]  # no body ever started
+    finally:
+        registry.shutdown()
+
+
+def test_an_ask_dies_with_its_call(ray_cluster):
+    registry = connect("ask-dies", executors=1)
+    try:
+        registry.register(define_tool(name="risky", description="asks", parameters={},
+                                      execute=lambda a, c: [text_block("ran")])).result(T)
+        registry.on("tools/pre-execute", lambda e, n: ask("check")).result(T)
+        queue = registry.approvals(policy="ask").result(T)
+        executor = ray.get(registry._handle().executors.remote(), timeout=T)[0]
+
+        async def scenario():
+            call = asyncio.ensure_future(registry.scope("a1").execute(call_id="r", name="risky", arguments={}))
+            deadline = time.monotonic() + 60
+            while not await queue.pending() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            request = (await queue.pending())[0]["id"]
+            os.kill(await executor.__ray_call__.remote(lambda self: os.getpid()), signal.SIGKILL)
+            result = await asyncio.wait_for(call, T)
+            deadline = time.monotonic() + 30
+            while await queue.pending() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            return result, await queue.pending(), await queue.allow(request)
+
+        result, pending, allowed = asyncio.run(scenario())
+        assert result.error["code"] == "WORKER_CRASHED"
+        assert pending == [] and allowed is False  # the ask went with its call: nobody can allow it now
+    finally:
+        registry.shutdown()
+
+
+def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
+    """An eval and a kill-and-revive of an executor, a scope host and a session writer;
+    then every log of the session is read: Ray's warning about a blocking ``ray.get`` in an
+    async actor appears in none (it is logged once per process, the first time)."""
+    from dsh_actors.eval.job import example_episodes, run_eval
+
+    asyncio.run(run_eval([example_episodes()], tmp_path / "eval", concurrency=4, progress=None))
+    registry = connect("revive", executors=2, scope_hosting="shared")
+    try:
+        registry.register(where()).result(T)
+        scope = registry.scope("revived")
+        scope.restrict(allow=["where"]).result(T)
+        for handle in ray.get(registry._handle().executors.remote(), timeout=T):
+            os.kill(pid_of(handle), signal.SIGKILL)
+        for host in ray.get(registry._handle().scope_hosts.remote(), timeout=T):
+            ray.kill(host, no_restart=False)
+        deadline = time.monotonic() + 60
+        result = None
+        while time.monotonic() < deadline:
+            result = scope.execute(call_id="after", name="where", arguments={}).result(T)
+            if not result.is_error:
+                break
+            time.sleep(0.5)
+        assert result is not None and not result.is_error
+    finally:
+        registry.shutdown()
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    offending = [p.name for p in logs.glob("*") if p.is_file()
+                 and "Using blocking ray.get inside async actor" in p.read_text(errors="replace")]
+    assert offending == []
