@@ -16,14 +16,15 @@ exhausted or stalled by one program. The pieces each backend's host code uses:
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from .contract import CodeRuntimeConfig
 
 __all__ = ["TRUNCATED", "VALUE_MARKER", "CallGate", "HostMeter", "Ledger", "LogLines", "cap_error", "cap_value",
-           "takes_json", "utf8_size", "valid_text"]
+           "arguments_for", "utf8_size", "valid_text"]
 
 TRUNCATED = "[dsh-code-runtime] log capture truncated at {n} bytes"
 VALUE_MARKER = "… [truncated]"
@@ -41,11 +42,14 @@ def valid_text(text: str) -> str:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def takes_json(binding: object) -> bool:
-    """Whether a binding takes its arguments as the JSON text the program sent (the Code
-    Mode bridge does: it parses them when the call's turn comes, so a queued call holds
-    only its text), rather than parsed."""
-    return getattr(binding, "takes_json", False) is True
+def arguments_for(binding: object, text: str, meter: "HostMeter") -> Any:
+    """A call's arguments as ``binding`` takes them: the JSON text the program sent, when
+    it takes that (the Code Mode bridge does: it parses them when the call's turn comes, so
+    a queued call holds only its text); else parsed now, on ``meter``'s account."""
+    if getattr(binding, "takes_json", False) is True:
+        return text
+    with meter.charge():
+        return json.loads(text)
 
 
 def utf8_size(text: str) -> int:

@@ -32,7 +32,6 @@ import atexit
 import builtins
 import concurrent.futures
 import io
-import json
 import os
 import re
 import resource
@@ -45,7 +44,7 @@ from typing import Any, Callable, Mapping
 
 from ..core.signal import AbortSignal
 from ._child import render_text
-from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value, takes_json
+from .bounds import CallGate, HostMeter, Ledger, LogLines, arguments_for, cap_error, cap_value
 from .contract import Binding, CodeRuntime, CodeRuntimeConfig, RunError, RunResult, check_run
 
 __all__ = ["DIALECT", "MontyRuntime"]
@@ -366,11 +365,7 @@ class _Run:
                 raise RuntimeError(refusal)
         self.calls_started += 1
         try:
-            if takes_json(binding):  # parsed when its turn comes: a queued call holds only its text
-                args: Any = text
-            else:
-                with self.meter.charge():
-                    args = json.loads(text)
+            args = arguments_for(binding, text, self.meter)
             answer: Any = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_awaited(binding(args)),
                                                                                   self.caller))
         except Exception as exc:

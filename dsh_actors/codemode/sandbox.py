@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import math
 import signal as signals
 import threading
@@ -37,7 +36,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.signal import AbortSignal
 from . import isolation
-from .bounds import CallGate, HostMeter, Ledger, LogLines, cap_error, cap_value, takes_json
+from .bounds import CallGate, HostMeter, Ledger, LogLines, arguments_for, cap_error, cap_value
 from .channel import ChannelError, FrameReader, PipeWriter, encode_frame, read_available
 from .contract import ERROR_KINDS, Binding, CodeRuntimeConfig, RunError, RunResult, check_run
 from .forkserver import ForkServer, Sandbox, ServerError
@@ -389,11 +388,7 @@ class _Session:
     async def _call(self, call_id: int, name: str, binding: Binding, text: str, size: int) -> None:
         ok = False
         try:
-            if takes_json(binding):  # parsed when its turn comes: a queued call holds only its text
-                args: Any = text
-            else:
-                with self.meter.charge():
-                    args = json.loads(text)
+            args = arguments_for(binding, text, self.meter)
             value = await binding(args)
             ok = True
         except Exception as exc:

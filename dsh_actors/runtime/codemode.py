@@ -31,7 +31,6 @@ import ray
 
 from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
 from ..codemode.transport import build_run_code
-from ..core.jsonvalue import snapshot, thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
 from .calls import Call, CallInput
@@ -42,6 +41,7 @@ from .owner import owner
 from .routes import this_node
 from .signals import portable_reason
 from .session import SessionLog
+from .wire import Outcome
 
 __all__ = ["DISPATCH_MODES", "QUEUE_OPTIONS", "CodeRunQueue", "ray_run_code"]
 
@@ -84,8 +84,9 @@ class CodeRunQueue:
                     run.controller.abort(early[0])
             return run
 
-    async def submit(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any] | str:
-        """Run one sub-call when its turn comes; a string when the run ended first."""
+    async def submit(self, run_id: str, fields: dict[str, Any]) -> bytes | str:
+        """Run one sub-call when its turn comes (its result as an executor outcome's wire
+        form); a string when the run ended first."""
         if self._owner.local is None:
             self._core.serve_here()  # calls made on this loop run here: no hop to an executor
         run = self._run(run_id)
@@ -94,7 +95,7 @@ class CodeRunQueue:
             if signal.aborted:
                 return f"run_code run is over ({signal.reason}); tool call abandoned"
             result = await Call.of(self._owner, CallInput({**fields, "signal": signal}, {})).run()
-            return thaw(result)
+            return Outcome.result(result)
 
     def open(self, run_id: str) -> None:
         """Start ``run_id``'s queue here (nothing runs: a dead queue found now is replaced
@@ -183,7 +184,7 @@ def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any
                                    f"[{code}]; the tool call may or may not have run") from None
             if isinstance(outcome, str):
                 raise RuntimeError(outcome)
-            return ToolExecutionResult(snapshot(outcome))
+            return Outcome.read(outcome).value  # type: ignore[return-value]
 
         async def close() -> None:
             for remove in removers:

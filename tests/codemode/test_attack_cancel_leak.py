@@ -17,20 +17,13 @@ import pytest
 from dsh_actors.codemode.contract import CodeRuntimeConfig
 from dsh_actors.codemode.sandbox import SubprocessRuntime
 
+from .watch import processes_of
+
 IDS = (65529, 65529)
 
 
 def sandbox_processes():
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            if any(line.split()[1:2] == [str(IDS[0])] for line in status.splitlines() if line.startswith("Uid:")):
-                found.append(int(entry.name))
-    return found
+    return [int(entry.name) for entry in processes_of(IDS[0])]
 
 
 @pytest.fixture(scope="module")

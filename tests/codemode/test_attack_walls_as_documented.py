@@ -28,6 +28,8 @@ import pytest
 from dsh_actors.codemode.contract import CodeRuntimeConfig
 from dsh_actors.codemode.sandbox import SubprocessRuntime
 
+from .watch import processes_of
+
 IDS = (65530, 65530)
 
 
@@ -40,16 +42,7 @@ def runtime():
 
 
 def program_pids():
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            if any(line.split()[1:2] == [str(IDS[0])] for line in status.splitlines() if line.startswith("Uid:")):
-                found.append(entry)
-    return found
+    return processes_of(IDS[0])
 
 
 CLONE = """

@@ -21,6 +21,8 @@ import pytest
 from dsh_actors.codemode.runtime import CodeRuntimeConfig, make_runtime
 from dsh_actors.codemode.sandbox import SubprocessRuntime
 
+from .watch import processes_of
+
 SECRET = "canary-secret-7f3a"
 COLD_IDS = (65533, 65533)
 BUDGETS = dict(compute_ms=3000, max_wall_ms=20_000, max_log_bytes=65536, max_value_bytes=4096)
@@ -66,17 +68,7 @@ def cold():
 
 def sandbox_processes(uid=COLD_IDS[0]):
     """Host processes running as a sandbox's outside uid."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            owner = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
-            if int(owner) == uid:
-                found.append(int(entry.name))
-    return found
+    return [int(entry.name) for entry in processes_of(uid)]
 
 
 def run(rt, program, bindings=None):

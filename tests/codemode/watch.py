@@ -9,6 +9,20 @@ from pathlib import Path
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def processes_of(uid):
+    """This machine's processes running as ``uid`` (a sandbox's outside id), as /proc paths."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if any(line.split()[1:2] == [str(uid)] for line in status.splitlines() if line.startswith("Uid:")):
+                found.append(entry)
+    return found
+
+
 def rss_bytes(pid="self"):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
