@@ -8,8 +8,9 @@ together — without tying a fast call's result to a slow one's:
 - **Sending** (:class:`Lanes`, one per event loop; a :class:`_Lane` per executor). A call
   made while its lane is idle goes at once as its own actor task (``execute``): one call
   in flight pays nothing for batching. A call made while others are in flight waits for
-  the end of the loop's current iteration; every call queued by then goes in one
-  ``execute_batch`` task, which only starts them.
+  the end of the loop's current iteration — or, while the lane's previous batch is still
+  being started, for that start's answer — and every call queued by then goes in one
+  ``execute_batch`` task, which only starts them. So batches grow with the load.
 - **Collecting.** While batched calls are pending, the lane keeps one ``collect`` long
   poll open on their executor (:mod:`.mailboxes` is the executor's side). It answers as
   soon as any result is ready, with every result ready by then, so results return in
@@ -93,6 +94,7 @@ class _Lane:
         self.incarnation: str | None = None  # of the executor, as its last answer said
         self._keys = 0
         self._flushing = False
+        self._starting = 0  # execute_batch tasks not yet answered
         self._collecting = False
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
@@ -101,7 +103,7 @@ class _Lane:
             self._send_alone(call)
         else:
             self.queued.append(call)
-            if not self._flushing:
+            if not self._flushing and not self._starting:
                 self._flushing = True
                 self.loop.call_soon(self._flush)
         return call
@@ -139,6 +141,7 @@ class _Lane:
             self.pending[call.key] = call
         items: list[Item] = [(c.key, c.envelope, c.plan_box, c.hub) for c in calls]
         started = self.executor.execute_batch.remote(self.client, items)
+        self._starting += 1
         self.loop.create_task(self._started(started, calls))
 
     async def _started(self, started: Any, calls: list[SentCall]) -> None:
@@ -149,6 +152,13 @@ class _Lane:
                 if self.pending.pop(call.key, None) is not None:
                     call.fail(exc)
             return
+        finally:
+            # Calls made while this batch was being started waited for it: they go now, as
+            # one batch (under load a batch's start takes long enough for many to gather).
+            self._starting -= 1
+            if self.queued and not self._flushing and not self._starting:
+                self._flushing = True
+                self.loop.call_soon(self._flush)
         if incarnation != self.incarnation:
             # A new executor process: what the old one started is lost with it.
             self._lose(lambda c: c.incarnation is not None and c.incarnation != incarnation)

@@ -18,7 +18,7 @@ from typing import Callable
 import ray
 
 from ..core.pipeline import ExecutionPlan
-from .errors import ACTOR_GONE, RAY_ERROR
+from .errors import ACTOR_GONE, RAY_ERROR, remember_dead
 from .link import RegistryLink
 from .response import background_loop
 from .wire import HEARTBEAT_S, LEASE_S, PlanTicket
@@ -78,7 +78,8 @@ class Subscription:
             sent = time.monotonic()
             try:
                 version = await handle.subscribe.remote(self._id, self.known)
-            except ACTOR_GONE:
+            except ACTOR_GONE as exc:
+                remember_dead(exc)  # the next call finds the registry gone: REGISTRY_UNAVAILABLE
                 return  # the registry is gone; calls fall back to checking the version
             except RAY_ERROR:
                 self._valid_until = 0.0

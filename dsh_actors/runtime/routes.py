@@ -37,10 +37,13 @@ travel as one batch) before the next executor's turn."""
 
 
 def this_node() -> str | None:
-    """The id of the node this process runs on (``None`` outside Ray)."""
+    """The id of the node this process runs on (``None`` when not connected to Ray: asking
+    then would start a Ray instance)."""
+    if not ray.is_initialized():
+        return None
     try:
         return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - not connected: no node to prefer
+    except Exception:  # noqa: BLE001 - no node to prefer
         return None
 
 
@@ -74,6 +77,7 @@ class ExecutorRoutes:
 
     async def pick(self, avoid: Any = None) -> Any:
         """The executor for the next call (``avoid``: one the call could not reach)."""
+        await self._link.actor_async()  # a registry seen gone fails the call: REGISTRY_UNAVAILABLE
         if not (self._local or self._others) or self._incarnation != self._link.incarnation:
             await self._refresh()
         if avoid is None and self._turn_executor is not None and self._turn_calls < TURN_CALLS:

@@ -52,6 +52,9 @@ def test_a_call_waiting_for_approval_never_holds_the_calls_sent_beside_it(regist
                  for i in range(10)]
         done = await asyncio.wait_for(asyncio.gather(first, *plain), T)  # while the ask is pending
         still_waiting = not risky.done()
+        deadline = time.monotonic() + 60
+        while not await queue.pending() and time.monotonic() < deadline:  # the ask may reach the queue last
+            await asyncio.sleep(0.05)
         for request in await queue.pending():
             await queue.reject(request["id"])
         return done, still_waiting, await asyncio.wait_for(risky, T)

@@ -212,8 +212,11 @@ def test_a_killed_registry_gives_coded_results_and_a_reconnect_serves_old_client
     deadline = time.monotonic() + 60
     while "REGISTRY_UNAVAILABLE" not in codes and time.monotonic() < deadline:
         result = old.execute(call_id="2", name="echo", arguments={"text": "x"}).result(T)
-        assert result.is_error and result.error is not None  # one coded result per call, never a raw error
-        codes.add(result.error["code"])
+        # One coded result per call, never a raw error (a call made the moment the registry
+        # died may still run on an executor that has not died with it yet).
+        assert not result.is_error or result.error is not None
+        if result.is_error:
+            codes.add(result.error["code"])
         time.sleep(0.2)
     assert "REGISTRY_UNAVAILABLE" in codes and codes <= {"REGISTRY_UNAVAILABLE", "WORKER_CRASHED"}, codes
     fresh = ToolRegistry.connect(name)  # no raw ActorDiedError: a fresh registry
