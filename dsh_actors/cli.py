@@ -5,7 +5,7 @@
 * ``replay LOGS --policies P`` — what a policy set would have denied or allowed differently.
 * ``show LOG`` — a session log's calls as cards.
 * ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
-* ``approvals list|allow ID|reject ID|policy ask|never`` — answer a registry's pending
+* ``approvals list|allow ID|reject ID|policy ask|never|always`` — answer a registry's pending
   asks from any driver; joins the cluster at ``--address`` (or ``RAY_ADDRESS``).
 """
 
@@ -144,7 +144,7 @@ def _eval(args: argparse.Namespace) -> int:
     from .runtime.local import ensure_ray
 
     from .agent import ModelConfig
-    from .eval.job import RunFolderError
+    from .eval.job import PluginError, RunFolderError
 
     paths = args.episodes or [str(example_episodes())]
     model = None
@@ -158,9 +158,12 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
                                        live=None if args.quiet else sys.stdout, resume=args.resume,
-                                       overwrite=args.overwrite, model=model))
-    except RunFolderError as exc:
-        print(f"dsh-actors eval: {exc}", file=sys.stderr)
+                                       overwrite=args.overwrite, model=model, tools=args.tools,
+                                       workspace=args.workspace, reference_tools=not args.no_reference_tools,
+                                       approvals=args.approvals, runners_per_node=args.runners_per_node,
+                                       shared_out=args.shared_out))
+    except (RunFolderError, PluginError, ValueError) as exc:
+        print(f"dsh-actors eval: {_one_line(exc)}", file=sys.stderr)
         return 2
     # The summary goes to stdout: under `ray job submit` that is the job's log.
     print(Path(summary["out"], "summary.md").read_text())
@@ -175,7 +178,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate = commands.add_parser("eval", help="run episode files as a batch evaluation on Ray")
     evaluate.add_argument("episodes", nargs="*", help="JSON Lines episode files (default: the shipped examples)")
     evaluate.add_argument("--out", default="eval-out", help="output folder (logs, summary.json, summary.md)")
-    evaluate.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
+    evaluate.add_argument("--concurrency", type=int, default=64, help="episodes in flight at once, over the cluster")
+    evaluate.add_argument("--runners-per-node", type=int,
+                          help="episode runners per node (default: one per 4 CPUs of the node, 1 to 8)")
+    evaluate.add_argument("--tools", action="append", default=[], metavar="MODULE:NAME",
+                          help="your own tools: a list of definitions or a function returning one (repeatable)")
+    evaluate.add_argument("--no-reference-tools", action="store_true",
+                          help="register only --tools (not bash, read_file, write_file, edit_file)")
+    evaluate.add_argument("--workspace", help="folder each episode gets its own copy of (default: the shipped one)")
+    evaluate.add_argument("--approvals", choices=["never", "always", "ask"], default="never",
+                          help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals`")
+    evaluate.add_argument("--shared-out", action="store_true",
+                          help="--out is on storage every node mounts: runners write workspaces and logs there")
     evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")
     evaluate.add_argument("--resume", action="store_true",
                           help="--out holds an earlier run: keep its finished episodes, run the others")
@@ -201,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "included, on its console each time an ask is queued; in that driver the address is "
                "ray.get_runtime_context().gcs_address.")
     approvals.add_argument("action", choices=["list", "allow", "reject", "policy"])
-    approvals.add_argument("target", nargs="?", help="request id (allow/reject) or ask|never (policy)")
+    approvals.add_argument("target", nargs="?", help="request id (allow/reject) or ask|never|always (policy)")
     approvals.add_argument("--registry", default="default", help="registry name (default: default)")
     approvals.add_argument("--namespace", default="dsh-actors")
     approvals.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS)")

@@ -1,56 +1,58 @@
-"""The batch evaluation: run every episode on the current Ray cluster, many agents at once.
+"""The batch evaluation: the episodes of JSON Lines files run on episode runners over the
+whole Ray cluster; the driver only streams them out and their reports back.
 
-Each episode is one agent: its scope (restrictions, guards, the episode's policies as
-listeners only that agent hears) on a registry of the episode's mode (scopes hosted
-``shared``: an agent costs kilobytes), its own copy of the workspace, its own session
-log, and its scripted turns run as agent steps (one ``tool/result`` per call, then the
-step's context). An episode that fails is reported and the others go on. Asks are
-answered by an approval queue with policy ``never`` (a batch has no human to ask), so
-each is recorded and then rejected.
+:func:`run_episodes` is the library entry point (an async iterator of reports, for sweeps
+and trainers that hold their own actor handles); :func:`run_eval` (``dsh-actors eval``) is
+built on it and owns an output folder. Each episode is one agent (:mod:`.episode_run`) on a
+registry of the episode's mode (scopes hosted ``shared``: an agent costs kilobytes), with
+the reference tools and your own (import paths, :mod:`.plugins`) working in a copy of the
+workspace template made on the node that runs it. Asks are answered by the job's approval
+policy: ``never`` (rejected and recorded, the default: a batch has no one to ask),
+``always`` (allowed once and recorded), or ``ask`` (they wait for an answer from another
+process: ``dsh-actors approvals``, or a policy actor with the queue's client).
 
-A run owns its output folder: ``run.json`` (what it runs), ``workspaces/<agent>/``,
-``logs/<episode>.log``, ``reports/<episode>.json`` (each finished episode), then
-``summary.json`` and ``summary.md`` (calls, policy denials, tool errors by code, asks,
-``run_code`` sub-calls, latency percentiles). A folder that already holds a run is
-refused unless the run is resumed (finished episodes are kept, the rest run again) or
-overwritten.
+A run owns its output folder: ``run.json`` (what it runs), ``logs/<episode>.log``,
+``reports/<episode>.json`` (each finished episode), then ``summary.json`` and
+``summary.md``. Workspaces stay on the node that ran each episode (its report says where);
+with ``shared_out`` (``--out`` on storage every node mounts) the runners write workspaces
+and logs straight into the folder. A folder that already holds a run is refused unless the
+run is resumed (finished episodes are kept, the rest run again) or overwritten.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import json
 import shutil
 import sys
+import tempfile
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TextIO
 
+import ray
 from tqdm import tqdm
 
+from ..agent import ModelConfig
 from ..codemode.runtime import CodeRuntimeConfig
-from ..core.errors import HarnessError, error_message
+from ..core.errors import HarnessError
 from ..core.jsonvalue import thaw
+from ..core.registry import RUN_CODE, snapshot_definition
 from ..log import replay_cards
 from ..render import render_card
+from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
-from ..runtime.session import SessionLog
-from ..runtime.step import agent_step
-from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
-from ..prompt import SystemPrompt
-from ..core.registry import RUN_CODE, snapshot_definition
-from ..core.types import ToolDefinition
-from ..tools import AgentWorkspaces, reference_tools
+from ..tools import reference_tools
+from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
-from .policies import policy_listeners
+from .plugins import PluginError, load_tools
+from .reports import EpisodeReport, markdown_of, summary_of
+from .runners import RunnerFleet, Work
 
-__all__ = ["EpisodeReport", "RunFolderError", "ToolFailedError", "example_episodes", "run_eval"]
+__all__ = ["DEFAULT_SYSTEM", "EpisodeReport", "PluginError", "RunFolderError", "ToolFailedError",
+           "example_episodes", "run_episodes", "run_eval", "show_log"]
 
 
 class RunFolderError(HarnessError):
@@ -58,12 +60,6 @@ class RunFolderError(HarnessError):
     nor overwriting it was asked for."""
 
     code = "RUN_FOLDER"
-
-
-class ToolFailedError(HarnessError):
-    """A tool's body raised: a tool failure, counted apart from a policy's denial."""
-
-    code = "TOOL_FAILED"
 
 
 def example_episodes() -> Path:
@@ -75,311 +71,118 @@ def _example_workspace() -> Path:
     return Path(str(resources.files("dsh_actors") / "examples" / "workspace"))
 
 
-@dataclass
-class EpisodeReport:
-    id: str
-    agent: str
-    status: str = "ok"
-    message: str = ""
-    calls: int = 0
-    ok: int = 0
-    denied: int = 0
-    asks: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    sub_calls: int = 0
-    sub_call_errors: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    # with a model in the loop
-    stop: str | None = None
-    turns: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    model_s: float = 0.0
-    tool_s: float = 0.0
-    model_turn_ms: list[float] = field(default_factory=list)
-    tool_step_ms: list[float] = field(default_factory=list)
-    final: str | None = None
-    success: bool | None = None
+class _Job:
+    """What a job is made of before anything runs: where its files go, its tools (the
+    reference ones and the plugins'), its template, its approval policy."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "errors": dict(self.errors)}
+    def __init__(self, *, tools: Sequence[Any], workspace: str | Path | None, reference: bool,
+                 approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None) -> None:
+        check_policy(approvals)
+        if shared_out and out is None:
+            raise ValueError("shared_out needs an out folder (on storage every node mounts)")
+        template = Path(workspace or _example_workspace())
+        if not template.is_dir():
+            raise ValueError(f"workspace template {template} is not a folder")
+        self.tag = uuid.uuid4().hex[:8]
+        root = out if out is not None and shared_out else Path(scratch or tempfile.gettempdir()) / "dsh-actors-jobs" / self.tag
+        self.files = JobFiles(str(root.resolve()), shared_out, pack_folder(template))
+        self.approvals = approvals
+        self.out = out
+        found: list[Any] = list(reference_tools(self.files.workspaces)) if reference else []
+        for item in tools:
+            found += load_tools(item, self.files.workspaces) if isinstance(item, str) else [item]
+        self.definitions = [snapshot_definition(d) for d in found]
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "EpisodeReport":
-        return cls(**{**data, "errors": Counter(data.get("errors", {}))})
+    @property
+    def tool_names(self) -> set[str]:
+        return {d.name for d in self.definitions} | {RUN_CODE}
 
-
-def _classify(report: EpisodeReport, result: Any, seconds: float) -> None:
-    report.calls += 1
-    report.latencies_ms.append(seconds * 1000)
-    if not result.is_error:
-        report.ok += 1
-    elif result.error is None:
-        report.denied += 1  # a policy's denial or block: no harness error class
-    else:
-        report.errors[result.error["code"]] += 1  # tool failures (TOOL_FAILED) and harness errors
-
-
-def _coded_failures(definition: ToolDefinition) -> ToolDefinition:
-    """``definition`` whose body's uncoded exceptions become :class:`ToolFailedError`, so a
-    raising tool is told apart from a denial (whose result has no error code). A plain
-    body stays plain: it still runs on the executor's threads, never on its loop."""
-    body = definition.execute
-
-    def failed(exc: Exception) -> Exception:
-        return exc if isinstance(exc, HarnessError) else ToolFailedError(error_message(exc))
-
-    if inspect.iscoroutinefunction(body):
-        async def run_async(args: Any, ctx: Any) -> Any:
-            try:
-                return await body(args, ctx)
-            except Exception as exc:
-                raise failed(exc) from exc
-        return dataclasses.replace(definition, execute=run_async)
-
-    def run(args: Any, ctx: Any) -> Any:
+    async def run(self, works: list[Work], *, in_flight: int, runners_per_node: int | None,
+                  on_card: Callable[[str], None] | None,
+                  runner_options: dict[str, Any] | None) -> AsyncIterator[EpisodeReport]:
+        registries: dict[str, ToolRegistry] = {}
+        fleet: RunnerFleet | None = None
+        logs = self.out / "logs" if self.out is not None and not self.files.shared else None
         try:
-            return body(args, ctx)
-        except Exception as exc:
-            raise failed(exc) from exc
-    return dataclasses.replace(definition, execute=run)
+            self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template))  # sent once
+            for mode in sorted({w.episode.mode for w in works}):
+                registry = ToolRegistry.connect(f"eval-{mode}-{self.tag}", mode=mode, scope_hosting="shared",
+                                                code_runtime=CodeRuntimeConfig() if mode != "native" else None)
+                registries[mode] = registry
+                for definition in self.definitions:
+                    await registry.register(coded_failures(definition))
+                await registry.approvals(policy=self.approvals)
+            fleet = RunnerFleet(registries, self.files, in_flight=in_flight, runners_per_node=runners_per_node,
+                                live=on_card is not None, ship_logs=logs is not None, options=runner_options)
+            await fleet.start()
+            async for item in fleet.stream(works):
+                if "card" in item:
+                    if on_card is not None:
+                        on_card(item["card"])
+                    continue
+                report = EpisodeReport.from_json(item["report"])
+                if logs is not None and item["log"] is not None:
+                    await asyncio.to_thread(_keep_log, report, logs / f"{report.id}.log", item["log"])
+                yield report
+        finally:
+            if fleet is not None:
+                await fleet.close()
+            for registry in registries.values():
+                await asyncio.to_thread(registry.shutdown)
 
 
-def _shadow(name: str, result: str, is_error: bool, description: str | None) -> dict[str, Any]:
-    def execute(args: Any, ctx: Any) -> Any:
-        if is_error:
-            raise ToolFailedError(result)
-        return [{"type": "text", "text": result}]
-
-    return {"name": name, "description": description or f"{name} (canned for this agent)",
-            "parameters": {"type": "object"}, "execute": execute}
-
-
-def _guard(tools: list[str], reason: str) -> Any:
-    names = frozenset(tools)
-    return lambda execution: reason if execution.name in names else None
+def _keep_log(report: EpisodeReport, path: Path, data: bytes) -> None:
+    """Write the log a runner sent back; a log that cannot be kept fails its episode."""
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise OSError(f"{path} is in the way of the episode's log (not a regular file)")
+        path.write_bytes(data)
+    except OSError as exc:
+        report.status, report.message = "failed", str(exc)
 
 
-async def _run_episode(episode: Episode, registry: ToolRegistry, out: Path, live: TextIO | None,
-                       model: ChatModel | None = None) -> EpisodeReport:
-    report = EpisodeReport(episode.id, episode.agent_id)
-    scope = registry.scope(episode.agent_id)
-    session: SessionLog | None = None
-    tools: dict[str, Any] = {}
-    try:  # everything, the log and the workspace included: one failing episode never stops the others
-        log_path = await asyncio.to_thread(_fresh_files, episode, out)  # file work off the event loop
-        session = await SessionLog.open_async(episode.agent_id, str(log_path))
-        if episode.scope.restrict is not None:
-            await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
-        for guard in episode.scope.guards:
-            await scope.guard(_guard(guard.tools, guard.reason))
-        for shadow in episode.scope.shadows:
-            await scope.register(_shadow(shadow.name, shadow.result, shadow.is_error, shadow.description))
-        for event, listener in policy_listeners(episode.policies):
-            await scope.on(event, listener)
-        if live is not None:  # the definitions (closures and all) only render the live cards
-            tools = {d.name: d for d in await scope.visible()}
-        await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
+async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools: Sequence[Any] = (),
+                       workspace: str | Path | None = None, reference_tools: bool = True,
+                       model: ModelConfig | None = None, approvals: str = "never", in_flight: int = 64,
+                       runners_per_node: int | None = None, out: str | Path | None = None,
+                       shared_out: bool = False, scratch: str | Path | None = None,
+                       on_card: Callable[[str], None] | None = None,
+                       runner_options: dict[str, Any] | None = None) -> AsyncIterator[EpisodeReport]:
+    """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
+    connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
+    one per episode; a failed one has ``status == "failed"`` and a message).
 
-        def seen(call: Any, result: Any, seconds: float) -> None:
-            _classify(report, result, seconds)
-            if live is not None:
-                print(_card(tools, call, result, episode.id), file=live, flush=True)
-
-        if episode.task is not None:
-            assert model is not None  # run_eval gives every task a model
-            await _with_model(episode, registry, scope, session, model, report, seen)
-        else:
-            await _scripted(episode, scope, session, seen)
-        await session.append({"type": "turn/end"})
-        events = await session.events()
-        report.asks = sum(1 for e in events if e["type"] == "approval/asked")
-        dispatched = [e for e in events if e["type"] == "tool/code-dispatch"]
-        report.sub_calls, report.sub_call_errors = len(dispatched), sum(1 for e in dispatched if e["is_error"])
-    except Exception as exc:
-        report.status, report.message = "failed", error_message(exc)
-    finally:
-        await scope.close()
-        if session is not None:
-            await session.close()
-    return report
+    ``tools``: definitions, or import paths ``module:name`` (:mod:`.plugins`), registered
+    beside the reference tools (without them if ``reference_tools`` is false).
+    ``workspace``: the folder each episode gets a fresh copy of (default: the shipped
+    example). ``model``: the model for episodes with a ``task``. ``approvals``: ``never``,
+    ``always`` or ``ask``. ``in_flight``: episodes running at once over the fleet;
+    ``runners_per_node``: default from each node's CPUs. ``out``: a folder that receives
+    each episode's log (``out/logs``); with ``shared_out`` it is on storage every node
+    mounts and the runners write workspaces and logs into it. ``scratch``: the node-local
+    folder (the same path on every node) for workspaces otherwise (default: the system's
+    temporary folder). Raises ``ValueError`` before anything runs when an episode is
+    invalid or has a task and no model."""
+    items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
+    works = [Work(e, _model_config(e, model) if e.task is not None else None) for e in items]
+    folder = Path(out).resolve() if out is not None else None
+    if folder is not None:
+        (folder / "logs").mkdir(parents=True, exist_ok=True)
+    job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals,
+               out=folder, shared_out=shared_out, scratch=scratch)
+    unknown = {e.id: e.unknown_tools(job.tool_names) for e in items}
+    if any(unknown.values()):
+        raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"
+                                   for i, names in unknown.items() if names))
+    async for report in job.run(works, in_flight=in_flight, runners_per_node=runners_per_node, on_card=on_card,
+                                runner_options=runner_options):
+        yield report
 
 
-def _fresh_files(episode: Episode, out: Path) -> Path:
-    """The episode's own copy of the workspace, and the path of its log (a log left by an
-    unfinished run is removed: this run starts it again)."""
-    workspace = out / "workspaces" / episode.agent_id
-    shutil.rmtree(workspace, ignore_errors=True)
-    shutil.copytree(_example_workspace(), workspace)
-    log_path = out / "logs" / f"{episode.id}.log"
-    if log_path.exists() or log_path.is_symlink():
-        if not log_path.is_file() or log_path.is_symlink():
-            raise RunFolderError(f"{log_path} is in the way of the episode's log (not a regular file)")
-        log_path.unlink()
-    return log_path
-
-
-async def _scripted(episode: Episode, scope: Any, session: SessionLog, seen: Any) -> None:
-    for number, turn in enumerate(episode.turns, start=1):
-        if turn.user is not None:
-            await session.append({"type": "user/message", "content": turn.user})
-        calls = ([{"call_id": f"{episode.id}:{number}:code", "name": "run_code", "arguments": {"code": turn.code}}]
-                 if turn.code is not None else
-                 [{"call_id": c.call_id or f"{episode.id}:{number}:{i}", "name": c.name,
-                   "arguments": c.arguments} for i, c in enumerate(turn.calls, start=1)])
-        if not calls:
-            continue
-        await session.append({"type": "assistant/message", "content": "",
-                              "tool_calls": [{"call_id": c["call_id"], "name": c["name"],
-                                              "arguments": c["arguments"]} for c in calls]})
-        await agent_step(scope, session, calls, on_result=seen)
-
-
-DEFAULT_SYSTEM = ("You are an agent working in a software workspace. Use the tools to do the task; when it is "
-                  "done, answer with the result alone.")
-
-
-async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, session: SessionLog, model: ChatModel,
-                      report: EpisodeReport, seen: Any) -> None:
-    """The episode's agent loop: the system prompt assembled for its scope (mode-aware),
-    its task, its budgets; then its scorer's verdict on the final answer."""
-    prompt = SystemPrompt()
-    prompt.section("task", 0, episode.system or DEFAULT_SYSTEM)
-    prompt.add_registry(registry)
-    assembly = await prompt.assemble({"scope": episode.agent_id})
-    limits = episode.limits
-    outcome = await run_agent(scope, session, model, system=assembly.text(), tools=assembly.tools,
-                              task=episode.task or "", on_result=seen,
-                              budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s))
-    report.stop, report.turns = outcome.stop, outcome.turns
-    report.prompt_tokens, report.completion_tokens = outcome.prompt_tokens, outcome.completion_tokens
-    report.model_s, report.tool_s = round(outcome.model_s, 4), round(outcome.tool_s, 4)
-    report.model_turn_ms = [round(s * 1000, 2) for s in outcome.model_turns_s]
-    report.tool_step_ms = [round(s * 1000, 2) for s in outcome.tool_steps_s]
-    report.final = outcome.final
-    if episode.scorer is not None:
-        report.success = score(episode.scorer, outcome.final)
-    if outcome.stop == "model_error":
-        raise RuntimeError(outcome.message)
-
-
-def _card(tools: dict[str, Any], call: Any, result: Any, episode: str) -> str:
-    definition = tools.get(call["name"])
-    args = call["arguments"]
-    call_view = definition.present_call(args) if definition is not None and definition.present_call else None
-    result_view = definition.present_result(args, result) if definition is not None and definition.present_result else None
-    return f"[{episode}] " + render_card(call["name"], args, call_view, result_view, result)
-
-
-def _percentile(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 2)
-
-
-def _summary(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds: float) -> dict[str, Any]:
-    latencies = [ms for r in reports for ms in r.latencies_ms]
-    errors: Counter[str] = Counter()
-    for r in reports:
-        errors.update(r.errors)
-    return {
-        "episodes": len(reports) + len(invalid),
-        "episodes_ok": sum(r.status == "ok" for r in reports),
-        "episodes_failed": sum(r.status != "ok" for r in reports) + len(invalid),
-        "invalid": [str(e) for e in invalid],
-        "calls": sum(r.calls for r in reports),
-        "ok": sum(r.ok for r in reports),
-        "denials": sum(r.denied for r in reports),
-        "tool_errors": sum(errors.values()),
-        "asks": sum(r.asks for r in reports),
-        "errors_by_code": dict(sorted(errors.items())),
-        "sub_calls": {"total": sum(r.sub_calls for r in reports),
-                      "ok": sum(r.sub_calls - r.sub_call_errors for r in reports),
-                      "errors": sum(r.sub_call_errors for r in reports)},
-        "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
-                       "p99": _percentile(latencies, 99)},
-        "model": _model_summary([r for r in reports if r.stop is not None]),
-        "wall_s": round(seconds, 3),
-        "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
-                         "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
-                         "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors,
-                         **({"stop": r.stop, "turns": r.turns, "tokens": r.prompt_tokens + r.completion_tokens,
-                             "model_s": r.model_s, "tool_s": r.tool_s, "model_turn_ms": r.model_turn_ms,
-                             "tool_step_ms": r.tool_step_ms, "success": r.success, "final": r.final}
-                            if r.stop is not None else {})}
-                        for r in reports],
-    }
-
-
-def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
-    """Episodes with a model in the loop: success, turns, tokens, model vs tool time."""
-    if not reports:
-        return None
-    scored = [r for r in reports if r.success is not None]
-    model_s, tool_s = sum(r.model_s for r in reports), sum(r.tool_s for r in reports)
-    return {
-        "episodes": len(reports),
-        "scored": len(scored),
-        "success_rate": round(sum(bool(r.success) for r in scored) / len(scored), 4) if scored else None,
-        "stops": dict(Counter(r.stop for r in reports if r.stop is not None)),
-        "turns": sum(r.turns for r in reports),
-        "tokens": {"prompt": sum(r.prompt_tokens for r in reports),
-                   "completion": sum(r.completion_tokens for r in reports)},
-        "model_s": round(model_s, 3), "tool_s": round(tool_s, 3),
-        "model_share": round(model_s / (model_s + tool_s), 4) if model_s + tool_s else None,
-        "model_turn_ms": _spread([ms for r in reports for ms in r.model_turn_ms]),
-        "tool_step_ms": _spread([ms for r in reports for ms in r.tool_step_ms]),
-    }
-
-
-def _spread(values: list[float]) -> dict[str, float | None]:
-    return {"p50": _percentile(values, 50), "p90": _percentile(values, 90), "p99": _percentile(values, 99),
-            "max": round(max(values), 2) if values else None}
-
-
-def _markdown(summary: dict[str, Any]) -> str:
-    latency = summary["latency_ms"]
-    lines = [
-        "# Evaluation summary", "",
-        f"{summary['episodes']} episodes ({summary['episodes_ok']} ok, {summary['episodes_failed']} failed), "
-        f"{summary['calls']} calls in {summary['wall_s']} s.", "",
-        "| calls | ok | policy denials | tool errors | asks | run_code sub-calls (errors) | p50 ms | p90 ms | p99 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['tool_errors']} | "
-        f"{summary['asks']} | {summary['sub_calls']['total']} ({summary['sub_calls']['errors']}) | "
-        f"{latency['p50']} | {latency['p90']} | {latency['p99']} |", "",
-        "| error code | count |", "|---|---|",
-        *[f"| {code} | {count} |" for code, count in summary["errors_by_code"].items()], "",
-        "| episode | agent | status | calls | ok | denied | asks | errors |", "|---|---|---|---|---|---|---|---|",
-        *[f"| {e['id']} | {e['agent']} | {e['status']}{(': ' + e['message']) if e['message'] else ''} | {e['calls']} | "
-          f"{e['ok']} | {e['denied']} | {e['asks']} | {sum(e['errors'].values())} |" for e in summary["per_episode"]],
-    ]
-    model = summary.get("model")
-    if model:
-        rate = "—" if model["success_rate"] is None else f"{model['success_rate'] * 100:.1f}%"
-        turn, step = model["model_turn_ms"], model["tool_step_ms"]
-        lines += ["", "| model episodes | success (scored) | turns | prompt tokens | completion tokens | model s | "
-                      "tool s | stops |", "|---|---|---|---|---|---|---|---|",
-                  f"| {model['episodes']} | {rate} ({model['scored']}) | {model['turns']} | "
-                  f"{model['tokens']['prompt']} | {model['tokens']['completion']} | {model['model_s']} | "
-                  f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |",
-                  "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
-                  f"| a model turn | {turn['p50']} | {turn['p90']} | {turn['p99']} | {turn['max']} |",
-                  f"| a step's tool calls | {step['p50']} | {step['p90']} | {step['p99']} | {step['max']} |"]
-    if summary["invalid"]:
-        lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
-    return "\n".join(lines) + "\n"
-
-
-_RUN_FILE = "run.json"
-
-
-def _refuse_up_front(episodes: list[Episode], invalid: list[EpisodeError], extra_tools: set[str],
+def _refuse_up_front(episodes: list[Episode], invalid: list[EpisodeError], known: set[str],
                      model: ModelConfig | None) -> dict[str, ModelConfig]:
     """Move to ``invalid`` (as file:line) each episode that cannot run: its scope names
     tools nobody has, or it has a task and no model. Returns each task's model."""
-    known = {d.name for d in reference_tools(str(_example_workspace()))} | extra_tools | {RUN_CODE}
     configs: dict[str, ModelConfig] = {}
     for episode in list(episodes):
         try:
@@ -408,6 +211,9 @@ def _model_config(episode: Episode, default: ModelConfig | None) -> ModelConfig:
     return ModelConfig(**fields)
 
 
+_RUN_FILE = "run.json"
+
+
 def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) -> dict[str, EpisodeReport]:
     """Make ``out`` this run's folder; returns the reports of episodes a resumed run keeps."""
     if resume and overwrite:
@@ -433,76 +239,74 @@ def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) 
                 kept[report.id] = report
         for stale in ("summary.json", "summary.md"):
             (out / stale).unlink(missing_ok=True)
-    for folder in ("logs", "reports", "workspaces"):
+    for folder in ("logs", "reports"):
         (out / folder).mkdir(parents=True, exist_ok=True)
     (out / _RUN_FILE).write_text(json.dumps({"episodes": [e.id for e in episodes]}, indent=2) + "\n")
     return kept
 
 
-async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency: int = 16,
+async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency: int = 64,
                    live: TextIO | None = None, progress: TextIO | None = sys.stderr,
                    resume: bool = False, overwrite: bool = False, tools: Sequence[Any] = (),
-                   model: ModelConfig | None = None) -> dict[str, Any]:
-    """Run the episodes in ``paths``; write logs and summaries under ``out_dir``; return the
-    summary. ``out_dir`` must be new or empty unless ``resume`` (keep the finished episodes
-    of the run there, run the others) or ``overwrite`` (start over); else
-    :class:`RunFolderError`. ``progress`` gets a progress bar (rate, ETA). ``tools`` are
-    registered next to the reference tools (a raising one counts as ``TOOL_FAILED``).
-    ``model`` is the job's model for episodes with a ``task`` (each may override its name,
-    endpoint and sampling); such an episode with no model at all is reported up front."""
+                   workspace: str | Path | None = None, reference_tools: bool = True,
+                   model: ModelConfig | None = None, approvals: str = "never",
+                   runners_per_node: int | None = None, shared_out: bool = False,
+                   runner_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the episodes in ``paths`` (:func:`run_episodes` does, ``concurrency`` at once);
+    write logs, reports and summaries under ``out_dir``; return the summary. ``out_dir``
+    must be new or empty unless ``resume`` (keep the finished episodes of the run there,
+    run the others) or ``overwrite`` (start over); else :class:`RunFolderError`.
+    ``progress`` gets a progress bar (rate, ETA), ``live`` each call's card. A tool that
+    raises counts as ``TOOL_FAILED``. ``model`` is the job's model for episodes with a
+    ``task`` (each may override its name, endpoint and sampling); such an episode with no
+    model at all, or one whose scope names tools nobody has, is reported up front."""
     started = time.monotonic()
     episodes, invalid = load_episodes(paths)
-    extra = [snapshot_definition(t) for t in tools]
-    configs = _refuse_up_front(episodes, invalid, {d.name for d in extra}, model)
+    out = Path(out_dir).resolve()
+    job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals, out=out,
+               shared_out=shared_out, scratch=None)
+    configs = _refuse_up_front(episodes, invalid, job.tool_names, model)
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
-    out = Path(out_dir).resolve()
     kept = _prepare(out, episodes, resume, overwrite)
-    tag = uuid.uuid4().hex[:8]
-    registries: dict[str, ToolRegistry] = {}
-    models: dict[ModelConfig, ChatModel] = {}  # its concurrency limit holds across the job's episodes
+    reports: dict[str, EpisodeReport] = dict(kept)
+    failures = 0
     bar = tqdm(total=len(episodes), initial=len(kept), unit="episode", file=progress, disable=progress is None,
                mininterval=0.5, dynamic_ncols=True)
+    on_card = (lambda card: print(card, file=live, flush=True)) if live is not None else None
+    works = [Work(e, configs.get(e.id)) for e in episodes if e.id not in kept]
     try:
-        for mode in sorted({e.mode for e in episodes if e.id not in kept}):
-            registry = ToolRegistry.connect(f"eval-{mode}-{tag}", mode=mode, scope_hosting="shared",  # a fleet
-                                            code_runtime=CodeRuntimeConfig() if mode != "native" else None)
-            registries[mode] = registry
-            for definition in [*reference_tools(AgentWorkspaces(out / "workspaces")), *extra]:
-                await registry.register(_coded_failures(definition))
-            await registry.approvals(policy="never")
-        models.update({config: ChatModel(config) for config in set(configs.values())})  # one per endpoint
-        gate = asyncio.Semaphore(max(1, concurrency))
-        failures = [0]
-
-        async def one(episode: Episode) -> EpisodeReport:
-            if episode.id in kept:
-                return kept[episode.id]
-            async with gate:
-                chat = models[configs[episode.id]] if episode.id in configs else None
-                report = await _run_episode(episode, registries[episode.mode], out, live, chat)
-            await asyncio.to_thread((out / "reports" / f"{episode.id}.json").write_text,
-                                    json.dumps(report.to_json()) + "\n")
-            if report.status != "ok":
-                failures[0] += 1
-                bar.write(f"{episode.id}: {report.status} — {report.message}", file=progress)
-            bar.set_postfix(failed=failures[0], refresh=False)
-            bar.update()
-            return report
-
-        reports = list(await asyncio.gather(*(one(e) for e in episodes)))
+        if works:
+            async for report in job.run(works, in_flight=concurrency, runners_per_node=runners_per_node,
+                                        on_card=on_card, runner_options=runner_options):
+                reports[report.id] = report
+                await asyncio.to_thread((out / "reports" / f"{report.id}.json").write_text,
+                                        json.dumps(report.to_json()) + "\n")
+                if report.status != "ok":
+                    failures += 1
+                    bar.write(f"{report.id}: {report.status} — {report.message}", file=progress)
+                bar.set_postfix(failed=failures, refresh=False)
+                bar.update()
     finally:
         bar.close()
-        for registry in registries.values():
-            registry.shutdown()
-        for chat in models.values():
-            await chat.close()
-    summary = _summary(reports, invalid, time.monotonic() - started)
+    ordered = [reports[e.id] for e in episodes if e.id in reports]
+    summary = summary_of(ordered, invalid, time.monotonic() - started)
     summary["out"] = str(out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(_markdown(summary))
+    (out / "summary.md").write_text(markdown_of(summary))
     return summary
+
+
+def _workspace_of(log: Path) -> Path | None:
+    """The workspace the episode of a run folder's ``log`` worked in, when it is on this
+    machine (its report says where the run kept it)."""
+    report = log.resolve().parent.parent / "reports" / f"{log.stem}.json"
+    try:
+        where = json.loads(report.read_text()).get("workspace")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(where) if isinstance(where, str) and Path(where).is_dir() else None
 
 
 def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str, str | None]:
@@ -513,7 +317,7 @@ def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str
     from ..log import scan_log
 
     scan = scan_log(Path(path).read_bytes(), path, recover_after=True)
-    root = str(workspace or Path(path).resolve().parent)
+    root = str(workspace or _workspace_of(Path(path)) or Path(path).resolve().parent)
     tools = {d.name: d for d in reference_tools(root)}
     parts = []
     for events in (scan.records, scan.after):

@@ -8,7 +8,8 @@ specification: ``allowed-once`` (the only grant; nothing is remembered), ``rejec
 ``cancelled`` (the call's signal aborted first; a late answer is discarded) and
 ``unavailable`` (the queue is gone). With policy ``never`` every ask is rejected without
 asking. Each request appends ``approval/asked`` and then ``approval/decided`` to the
-agent's session log (the session whose id is the agent id, when one is open).
+agent's session log (the session whose id is the agent id, when one is open). With
+policy ``always`` every ask is allowed (once) without asking, and recorded the same way.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from .wire import approvals_actor_name
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "POLICIES", "check_policy"]
 
-POLICIES = ("ask", "never")
+POLICIES = ("ask", "never", "always")
 ANSWERS = ("allowed-once", "rejected")
 
 
 def check_policy(policy: object) -> str:
     if policy not in POLICIES:
-        raise ValueError('approval policy must be one of "ask" or "never"')
+        raise ValueError('approval policy must be one of "ask", "never" or "always"')
     return policy  # type: ignore[return-value]
 
 
@@ -109,6 +110,8 @@ class ApprovalQueueActor:
             outcome = "cancelled"
         elif self._overrides.get(agent, self._policy) == "never":
             outcome = "rejected"
+        elif self._overrides.get(agent, self._policy) == "always":
+            outcome = "allowed-once"  # granted without asking, and recorded like any answer
         else:
             future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             # Printed here, so it reaches the driver's console (Ray forwards actor output):

@@ -326,7 +326,7 @@ class ToolRegistry(_Registrar):
 
     def approvals(self, policy: str | None = None) -> Response["ApprovalQueue"]:
         """Mount this registry's approval queue (``ask`` decisions wait for an answer) and
-        return its client; ``policy`` ("ask" or "never") sets its default."""
+        return its client; ``policy`` ("ask", "never" or "always") sets its default."""
         from .approval import ApprovalQueue
 
         async def run() -> ApprovalQueue:

@@ -171,6 +171,7 @@ class RegistryActor:
         self._executor_count, self._executor_concurrency = executors, executor_concurrency
         self._executors: list[Any] = []
         self._executor_node: dict[str, str | None] = {}
+        self._host_node: dict[str, str | None] = {}
         self.executors()  # created with the registry: the first call finds them started
         self.scope_hosts()
         self._leases = Leases(lambda: self._core.version)
@@ -329,10 +330,13 @@ class RegistryActor:
     def _new_shared_host(self, index: int, count: int, nodes: list[str]) -> Any:
         """Shared host ``index`` of ``count``, pinned to ``nodes[index % len(nodes)]``, with
         the journals of the agents hashed to it (none for a new registry)."""
-        strategy = NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) if nodes else "SPREAD"
+        node = nodes[index % len(nodes)] if nodes else None
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False) if node else "SPREAD"
         journals = {agent: list(entries) for agent, entries in self._journals.items()
                     if host_index(agent, count) == index}
-        return self._new_host(journals, strategy)
+        handle = self._new_host(journals, strategy)
+        self._host_node[handle._actor_id.hex()] = node
+        return handle
 
     def scope_hosts(self) -> list[Any]:
         """Shared hosting: the hosts, made with the registry (``scope_hosts`` of them,
@@ -343,6 +347,11 @@ class RegistryActor:
             count = self._host_count or max(2, len(nodes))
             self._hosts = [self._new_shared_host(i, count, nodes) for i in range(count)]
         return self._hosts
+
+    def scope_host_nodes(self) -> list[str | None]:
+        """Shared hosting: the node each host is pinned to, in host order (an episode
+        runner on that node keeps an agent's scope calls on its node); ``[]`` otherwise."""
+        return [self._host_node.get(h._actor_id.hex()) for h in self.scope_hosts()]
 
     async def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
         """The host of ``agent``'s scope. ``dead`` is the id of a host a client saw die:

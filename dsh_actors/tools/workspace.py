@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.errors import HarnessError
 
-__all__ = ["AgentWorkspaces", "Workspace", "WorkspaceError", "applied_hunks", "workspaces"]
+__all__ = ["AgentWorkspaces", "Workspace", "WorkspaceError", "applied_hunks", "node_folder", "workspaces"]
 
 
 class WorkspaceError(HarnessError):
@@ -46,25 +46,48 @@ class Workspace:
         return str(self.root)
 
 
+def node_folder() -> str:
+    """This process's node, as a folder name (``local`` outside Ray): node-local files of
+    a job go under it, so a call that ran on another node finds nothing rather than
+    another node's copy."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()[:16]
+    except Exception:  # noqa: BLE001 - no node to name
+        pass
+    return "local"
+
+
 class AgentWorkspaces:
     """One workspace per agent: a call works in ``parent/<agent id>`` (which must exist),
-    so agents running at once never see each other's files."""
+    so agents running at once never see each other's files. ``per_node``: in
+    ``parent/<node>/<agent id>`` on the node the call runs on (:func:`node_folder`), for a
+    job whose episodes keep their workspaces on their own node's disk."""
 
-    def __init__(self, parent: str | os.PathLike[str]) -> None:
-        self.parent = Path(parent).resolve()
+    def __init__(self, parent: str | os.PathLike[str], *, per_node: bool = False) -> None:
+        self.root = Path(parent).resolve()
+        self.per_node = per_node
+
+    @property
+    def parent(self) -> Path:
+        """Where this process's agents' workspaces are."""
+        return self.root / node_folder() if self.per_node else self.root
 
     def at(self, ctx: Any) -> Workspace:
         agent = getattr(ctx, "agent", None)
         if not isinstance(agent, str) or not agent or Path(agent).name != agent or agent in (".", ".."):
             raise WorkspaceError(f"agent id {agent!r} cannot name a workspace; use a plain name")
+        parent = self.parent
         try:
-            return Workspace(self.parent / agent)
+            return Workspace(parent / agent)
         except ValueError:
-            raise WorkspaceError(f"no workspace for agent {agent!r} under {self.parent}") from None
+            raise WorkspaceError(f"no workspace for agent {agent!r} under {parent}") from None
 
     @property
     def label(self) -> str:
-        return f"{self.parent}/<agent>"
+        return f"{self.root}/<node>/<agent>" if self.per_node else f"{self.root}/<agent>"
 
 
 def workspaces(root: "str | os.PathLike[str] | Workspace | AgentWorkspaces") -> "Workspace | AgentWorkspaces":

@@ -4,6 +4,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_p
     assert summary["denials"] == 4 and summary["tool_errors"] == 5
     shown, damage = show_log(tmp_path / "logs" / "stubbed-shell.log")
     assert "all 12 tests passed" in shown and damage is None
-    assert summary["latency_ms"]["p50"] > 0 and (tmp_path / "workspaces" / "code-mode" / "src" / "app.py").exists()
+    assert summary["latency_ms"]["p50"] > 0 and (Path(per["code-mode"]["workspace"]) / "src" / "app.py").exists()
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert "| error code | count |" in (tmp_path / "summary.md").read_text()
     shown, _ = show_log(tmp_path / "logs" / "read-and-fix.log")
@@ -104,7 +105,7 @@ def test_a_run_owns_its_folder_episodes_do_not_share_files_and_failures_are_kept
     summary = asyncio.run(run_eval([episodes], out, concurrency=4, progress=None))
     per = {e["id"]: e for e in summary["per_episode"]}
     assert summary["episodes_failed"] == 0, summary
-    texts = {name: (out / "workspaces" / f"writer-{name}" / "shared.txt").read_text() for name in "AB"}
+    texts = {name: (Path(per[f"writer-{name}"]["workspace"]) / "shared.txt").read_text() for name in "AB"}
     assert texts == {"A": "A", "B": "B"}  # each episode wrote in its own copy of the workspace
     assert per["fails"]["errors"] == {"TOOL_FAILED": 1} and per["fails"]["denied"] == 2  # apart
     assert per["coder"]["sub_calls"] == 2 and per["coder"]["sub_call_errors"] == 1

@@ -1,0 +1,252 @@
+"""How one episode runs, on whichever episode runner has it (:mod:`.runners`).
+
+An episode is one agent: its scope (restrictions, guards, shadows, the episode's policies
+as listeners only that agent hears) on the job's registry for its mode, its own copy of
+the workspace template, its own session log, and its turns (scripted, or a model in the
+loop). Everything it touches is on the runner's node: the workspace is copied to that
+node's disk, the log is written by that node's session writer, and its calls go to that
+node's executors (the caller side's locality). An episode that fails is reported and the
+others go on: nothing an episode does raises out of :func:`run_episode`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import io
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
+from ..core.errors import HarnessError, error_message
+from ..core.types import ToolDefinition
+from ..prompt import SystemPrompt
+from ..render import render_card
+from ..runtime.client import ToolRegistry
+from ..runtime.session import SessionLog
+from ..runtime.step import agent_step
+from ..tools import AgentWorkspaces
+from ..tools.workspace import node_folder
+from .episodes import Episode
+from .policies import policy_listeners
+from .reports import EpisodeReport, classify
+
+__all__ = ["DEFAULT_SYSTEM", "JobFiles", "ToolFailedError", "coded_failures", "pack_folder", "run_episode"]
+
+DEFAULT_SYSTEM = ("You are an agent working in a software workspace. Use the tools to do the task; when it is "
+                  "done, answer with the result alone.")
+
+
+class ToolFailedError(HarnessError):
+    """A tool's body raised: a tool failure, counted apart from a policy's denial."""
+
+    code = "TOOL_FAILED"
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """Where a job's episodes keep their files, the same on every node.
+
+    ``shared``: ``root`` is on storage every node mounts (the run's ``--out``): workspaces
+    in ``root/workspaces/<agent>``, logs in ``root/logs``. Otherwise ``root`` is a scratch
+    folder on each node's own disk, and an episode's files are in ``root/workspaces/<node>/``
+    and ``root/logs/<node>/`` (:func:`~dsh_actors.tools.workspace.node_folder`) on the node
+    that ran it (a call that ran elsewhere would find no workspace, not another copy)."""
+
+    root: str
+    shared: bool
+    template: Any
+    """The workspace template as a tar archive (bytes, or an object ref to them)."""
+
+    @property
+    def workspaces(self) -> AgentWorkspaces:
+        return AgentWorkspaces(Path(self.root) / "workspaces", per_node=not self.shared)
+
+    def logs(self) -> Path:
+        """This node's log folder."""
+        return Path(self.root) / "logs" if self.shared else Path(self.root) / "logs" / node_folder()
+
+
+def pack_folder(folder: str | Path) -> bytes:
+    """``folder`` as a tar archive (the workspace template, sent once to every runner)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(str(folder), arcname=".")
+    return buffer.getvalue()
+
+
+def unpack_folder(data: bytes, into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as archive:
+        archive.extractall(into, filter="data")  # no absolute paths, links out or devices
+
+
+def coded_failures(definition: ToolDefinition) -> ToolDefinition:
+    """``definition`` whose body's uncoded exceptions become :class:`ToolFailedError`, so a
+    raising tool is told apart from a denial (whose result has no error code). A plain
+    body stays plain: it still runs on the executor's threads, never on its loop."""
+    body = definition.execute
+
+    def failed(exc: Exception) -> Exception:
+        return exc if isinstance(exc, HarnessError) else ToolFailedError(error_message(exc))
+
+    if inspect.iscoroutinefunction(body):
+        async def run_async(args: Any, ctx: Any) -> Any:
+            try:
+                return await body(args, ctx)
+            except Exception as exc:
+                raise failed(exc) from exc
+        return dataclasses.replace(definition, execute=run_async)
+
+    def run(args: Any, ctx: Any) -> Any:
+        try:
+            return body(args, ctx)
+        except Exception as exc:
+            raise failed(exc) from exc
+    return dataclasses.replace(definition, execute=run)
+
+
+def _shadow(name: str, result: str, is_error: bool, description: str | None) -> dict[str, Any]:
+    def execute(args: Any, ctx: Any) -> Any:
+        if is_error:
+            raise ToolFailedError(result)
+        return [{"type": "text", "text": result}]
+
+    return {"name": name, "description": description or f"{name} (canned for this agent)",
+            "parameters": {"type": "object"}, "execute": execute}
+
+
+def _guard(tools: list[str], reason: str) -> Any:
+    names = frozenset(tools)
+    return lambda execution: reason if execution.name in names else None
+
+
+def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Path, Path]:
+    """The episode's own copy of the workspace on this node, and the path of its log (a
+    log or workspace left by an earlier attempt is removed: this one starts again)."""
+    workspace = files.workspaces.parent / episode.agent_id
+    shutil.rmtree(workspace, ignore_errors=True)
+    shutil.copytree(template, workspace)
+    logs = files.logs()
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{episode.id}.log"
+    if log_path.exists() or log_path.is_symlink():
+        if not log_path.is_file() or log_path.is_symlink():
+            raise HarnessError(f"{log_path} is in the way of the episode's log (not a regular file)")
+        log_path.unlink()
+    return workspace, log_path
+
+
+async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles, template: Path, *,
+                      model: ChatModel | None = None, attempt: int = 1,
+                      card: Callable[[str], None] | None = None) -> tuple[EpisodeReport, Path | None]:
+    """Run ``episode``; its report and the path of its log on this node. ``card`` hears
+    each call's card as it completes (live cards); ``attempt`` > 1 starts the agent's
+    scope afresh (what an earlier attempt set up there is dropped first)."""
+    report = EpisodeReport(episode.id, episode.agent_id, node=node_folder(), attempts=attempt)
+    scope = registry.scope(episode.agent_id)
+    session: SessionLog | None = None
+    log_path: Path | None = None
+    tools: dict[str, Any] = {}
+    try:  # everything, the log and the workspace included: one failing episode never stops the others
+        if attempt > 1:
+            await scope.close()
+        workspace, log_path = await asyncio.to_thread(_fresh_files, episode, files, template)
+        report.workspace = str(workspace)
+        session = await SessionLog.open_async(episode.agent_id, str(log_path))
+        if episode.scope.restrict is not None:
+            await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
+        for guard in episode.scope.guards:
+            await scope.guard(_guard(guard.tools, guard.reason))
+        for shadow in episode.scope.shadows:
+            await scope.register(_shadow(shadow.name, shadow.result, shadow.is_error, shadow.description))
+        for event, listener in policy_listeners(episode.policies):
+            await scope.on(event, listener)
+        if card is not None:  # the definitions (closures and all) only render the live cards
+            tools = {d.name: d for d in await scope.visible()}
+        await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
+
+        def seen(call: Any, result: Any, seconds: float) -> None:
+            classify(report, result, seconds)
+            if card is not None:
+                card(_card(tools, call, result, episode.id))
+
+        if episode.task is not None:
+            assert model is not None  # the job gives every task a model
+            await _with_model(episode, registry, scope, session, model, report, seen)
+        else:
+            await _scripted(episode, scope, session, seen)
+        await session.append({"type": "turn/end"})
+        events = await session.events()
+        report.asks = sum(1 for e in events if e["type"] == "approval/asked")
+        dispatched = [e for e in events if e["type"] == "tool/code-dispatch"]
+        report.sub_calls, report.sub_call_errors = len(dispatched), sum(1 for e in dispatched if e["is_error"])
+    except Exception as exc:
+        report.status, report.message = "failed", error_message(exc)
+    finally:
+        await scope.close()
+        if session is not None:
+            await session.close()
+    return report, log_path
+
+
+async def _scripted(episode: Episode, scope: Any, session: SessionLog, seen: Any) -> None:
+    for number, turn in enumerate(episode.turns, start=1):
+        if turn.user is not None:
+            await session.append({"type": "user/message", "content": turn.user})
+        calls = ([{"call_id": f"{episode.id}:{number}:code", "name": "run_code", "arguments": {"code": turn.code}}]
+                 if turn.code is not None else
+                 [{"call_id": c.call_id or f"{episode.id}:{number}:{i}", "name": c.name,
+                   "arguments": c.arguments} for i, c in enumerate(turn.calls, start=1)])
+        if not calls:
+            continue
+        await session.append({"type": "assistant/message", "content": "",
+                              "tool_calls": [{"call_id": c["call_id"], "name": c["name"],
+                                              "arguments": c["arguments"]} for c in calls]})
+        await agent_step(scope, session, calls, on_result=seen)
+
+
+async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, session: SessionLog, model: ChatModel,
+                      report: EpisodeReport, seen: Any) -> None:
+    """The episode's agent loop: the system prompt assembled for its scope (mode-aware),
+    its task, its budgets; then its scorer's verdict on the final answer."""
+    prompt = SystemPrompt()
+    prompt.section("task", 0, episode.system or DEFAULT_SYSTEM)
+    prompt.add_registry(registry)
+    assembly = await prompt.assemble({"scope": episode.agent_id})
+    limits = episode.limits
+    outcome = await run_agent(scope, session, model, system=assembly.text(), tools=assembly.tools,
+                              task=episode.task or "", on_result=seen,
+                              budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s))
+    report.stop, report.turns = outcome.stop, outcome.turns
+    report.prompt_tokens, report.completion_tokens = outcome.prompt_tokens, outcome.completion_tokens
+    report.model_s, report.tool_s = round(outcome.model_s, 4), round(outcome.tool_s, 4)
+    report.model_turn_ms = [round(s * 1000, 2) for s in outcome.model_turns_s]
+    report.tool_step_ms = [round(s * 1000, 2) for s in outcome.tool_steps_s]
+    report.final = outcome.final
+    if episode.scorer is not None:
+        report.success = score(episode.scorer, outcome.final)
+    if outcome.stop == "model_error":
+        raise RuntimeError(outcome.message)
+
+
+def _card(tools: dict[str, Any], call: Any, result: Any, episode: str) -> str:
+    definition = tools.get(call["name"])
+    args = call["arguments"]
+    call_view = definition.present_call(args) if definition is not None and definition.present_call else None
+    result_view = definition.present_result(args, result) if definition is not None and definition.present_result else None
+    return f"[{episode}] " + render_card(call["name"], args, call_view, result_view, result)
+
+
+def model_for(config: ModelConfig | None, clients: dict[ModelConfig, ChatModel]) -> ChatModel | None:
+    """One client per endpoint configuration in this process (its concurrency limit holds
+    across the episodes that share it)."""
+    if config is None:
+        return None
+    if config not in clients:
+        clients[config] = ChatModel(config)
+    return clients[config]

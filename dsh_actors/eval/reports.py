@@ -1,0 +1,171 @@
+"""What an evaluation reports: one :class:`EpisodeReport` per episode, and the run's
+summary (``summary.json``'s fields and ``summary.md``'s tables) made from them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .episodes import EpisodeError
+
+__all__ = ["EpisodeReport", "classify", "markdown_of", "summary_of"]
+
+
+@dataclass
+class EpisodeReport:
+    """What one episode did: its calls by outcome, its model turns, where it ran."""
+
+    id: str
+    agent: str
+    status: str = "ok"
+    message: str = ""
+    calls: int = 0
+    ok: int = 0
+    denied: int = 0
+    asks: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    sub_calls: int = 0
+    sub_call_errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    # with a model in the loop
+    stop: str | None = None
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_s: float = 0.0
+    tool_s: float = 0.0
+    model_turn_ms: list[float] = field(default_factory=list)
+    tool_step_ms: list[float] = field(default_factory=list)
+    final: str | None = None
+    success: bool | None = None
+    # where it ran
+    node: str | None = None
+    """The node whose runner ran it (its workspace, log and calls were there)."""
+    workspace: str | None = None
+    """Its workspace's path on that node."""
+    attempts: int = 1
+    reran: str | None = None
+    """Why it ran a second time (its first runner died), when it did."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "errors": dict(self.errors)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "EpisodeReport":
+        return cls(**{**data, "errors": Counter(data.get("errors", {}))})
+
+
+def classify(report: EpisodeReport, result: Any, seconds: float) -> None:
+    report.calls += 1
+    report.latencies_ms.append(seconds * 1000)
+    if not result.is_error:
+        report.ok += 1
+    elif result.error is None:
+        report.denied += 1  # a policy's denial or block: no harness error class
+    else:
+        report.errors[result.error["code"]] += 1  # tool failures (TOOL_FAILED) and harness errors
+
+
+
+def _percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 2)
+
+
+def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds: float) -> dict[str, Any]:
+    latencies = [ms for r in reports for ms in r.latencies_ms]
+    errors: Counter[str] = Counter()
+    for r in reports:
+        errors.update(r.errors)
+    return {
+        "episodes": len(reports) + len(invalid),
+        "episodes_ok": sum(r.status == "ok" for r in reports),
+        "episodes_failed": sum(r.status != "ok" for r in reports) + len(invalid),
+        "invalid": [str(e) for e in invalid],
+        "calls": sum(r.calls for r in reports),
+        "ok": sum(r.ok for r in reports),
+        "denials": sum(r.denied for r in reports),
+        "tool_errors": sum(errors.values()),
+        "asks": sum(r.asks for r in reports),
+        "errors_by_code": dict(sorted(errors.items())),
+        "sub_calls": {"total": sum(r.sub_calls for r in reports),
+                      "ok": sum(r.sub_calls - r.sub_call_errors for r in reports),
+                      "errors": sum(r.sub_call_errors for r in reports)},
+        "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
+                       "p99": _percentile(latencies, 99)},
+        "model": _model_summary([r for r in reports if r.stop is not None]),
+        "wall_s": round(seconds, 3),
+        "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
+                         "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
+                         "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors,
+                         "node": r.node, "workspace": r.workspace, "attempts": r.attempts, **({"reran": r.reran} if r.reran else {}),
+                         **({"stop": r.stop, "turns": r.turns, "tokens": r.prompt_tokens + r.completion_tokens,
+                             "model_s": r.model_s, "tool_s": r.tool_s, "model_turn_ms": r.model_turn_ms,
+                             "tool_step_ms": r.tool_step_ms, "success": r.success, "final": r.final}
+                            if r.stop is not None else {})}
+                        for r in reports],
+    }
+
+
+def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
+    """Episodes with a model in the loop: success, turns, tokens, model vs tool time."""
+    if not reports:
+        return None
+    scored = [r for r in reports if r.success is not None]
+    model_s, tool_s = sum(r.model_s for r in reports), sum(r.tool_s for r in reports)
+    return {
+        "episodes": len(reports),
+        "scored": len(scored),
+        "success_rate": round(sum(bool(r.success) for r in scored) / len(scored), 4) if scored else None,
+        "stops": dict(Counter(r.stop for r in reports if r.stop is not None)),
+        "turns": sum(r.turns for r in reports),
+        "tokens": {"prompt": sum(r.prompt_tokens for r in reports),
+                   "completion": sum(r.completion_tokens for r in reports)},
+        "model_s": round(model_s, 3), "tool_s": round(tool_s, 3),
+        "model_share": round(model_s / (model_s + tool_s), 4) if model_s + tool_s else None,
+        "model_turn_ms": _spread([ms for r in reports for ms in r.model_turn_ms]),
+        "tool_step_ms": _spread([ms for r in reports for ms in r.tool_step_ms]),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": _percentile(values, 50), "p90": _percentile(values, 90), "p99": _percentile(values, 99),
+            "max": round(max(values), 2) if values else None}
+
+
+def markdown_of(summary: dict[str, Any]) -> str:
+    latency = summary["latency_ms"]
+    lines = [
+        "# Evaluation summary", "",
+        f"{summary['episodes']} episodes ({summary['episodes_ok']} ok, {summary['episodes_failed']} failed), "
+        f"{summary['calls']} calls in {summary['wall_s']} s.", "",
+        "| calls | ok | policy denials | tool errors | asks | run_code sub-calls (errors) | p50 ms | p90 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['tool_errors']} | "
+        f"{summary['asks']} | {summary['sub_calls']['total']} ({summary['sub_calls']['errors']}) | "
+        f"{latency['p50']} | {latency['p90']} | {latency['p99']} |", "",
+        "| error code | count |", "|---|---|",
+        *[f"| {code} | {count} |" for code, count in summary["errors_by_code"].items()], "",
+        "| episode | agent | status | calls | ok | denied | asks | errors |", "|---|---|---|---|---|---|---|---|",
+        *[f"| {e['id']} | {e['agent']} | {e['status']}{(': ' + e['message']) if e['message'] else ''} | {e['calls']} | "
+          f"{e['ok']} | {e['denied']} | {e['asks']} | {sum(e['errors'].values())} |" for e in summary["per_episode"]],
+    ]
+    model = summary.get("model")
+    if model:
+        rate = "—" if model["success_rate"] is None else f"{model['success_rate'] * 100:.1f}%"
+        turn, step = model["model_turn_ms"], model["tool_step_ms"]
+        lines += ["", "| model episodes | success (scored) | turns | prompt tokens | completion tokens | model s | "
+                      "tool s | stops |", "|---|---|---|---|---|---|---|---|",
+                  f"| {model['episodes']} | {rate} ({model['scored']}) | {model['turns']} | "
+                  f"{model['tokens']['prompt']} | {model['tokens']['completion']} | {model['model_s']} | "
+                  f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |",
+                  "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
+                  f"| a model turn | {turn['p50']} | {turn['p90']} | {turn['p99']} | {turn['max']} |",
+                  f"| a step's tool calls | {step['p50']} | {step['p90']} | {step['p99']} | {step['max']} |"]
+    if summary["invalid"]:
+        lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
+    return "\n".join(lines) + "\n"

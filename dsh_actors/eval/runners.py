@@ -1,0 +1,339 @@
+"""Episode runners: the job's episodes run in async actors on every node, not in the driver.
+
+A runner (:class:`EpisodeRunner`, an async actor reserving no CPU by default) runs many
+episodes at once as coroutines, each with its files, log and calls on the runner's node
+(:mod:`.episode_run`), and its own model client (each endpoint's concurrency limit is
+shared out evenly between the runners, so it holds across the fleet). :class:`RunnerFleet` is the driver's side: it makes
+runners on the alive nodes (soft node affinity, a number per node from its CPUs), streams
+episodes to them in chunks with a bounded number in flight per runner, and hands back each
+report (and each live card) as it arrives. An episode is offered first to a runner on the
+node that hosts its agent's scope; a runner with nothing of its own takes others' work.
+
+Faults: a runner that dies (killed, or its node removed) costs no episode. What it had
+not reported runs again, once, on another runner (the report says so in ``reran``); a
+second death fails the episode with that reason. A dead runner is replaced (soft affinity
+to its node, so elsewhere when the node is gone). Nothing a runner does raises in the
+driver: every episode ends in exactly one report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..agent import ChatModel, ModelConfig
+from ..core.errors import error_message
+from ..runtime.client import ToolRegistry
+from ..runtime.errors import ACTOR_GONE, RAY_ERROR
+from ..runtime.wire import host_index
+from ..tools.workspace import node_folder
+from .episode_run import JobFiles, model_for, run_episode, unpack_folder
+from .episodes import Episode
+from .reports import EpisodeReport
+
+__all__ = ["EpisodeRunner", "RunnerFleet", "Work", "default_runners_per_node"]
+
+RUNNER_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 10_000, "max_restarts": 0,
+                                  "max_task_retries": 0}
+"""A runner reserves no CPU (it waits on models and tools), is never restarted by Ray (the
+fleet replaces it and reruns what it lost: Ray would rerun nothing) and no task of it is
+retried behind the fleet's back (an episode's tools have side effects)."""
+
+CHUNK = 16
+"""Episodes sent to a runner in one streaming call, at most."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """One episode to run: the episode, its model (``None`` when scripted), its attempt."""
+
+    episode: Episode
+    model: ModelConfig | None = None
+    attempt: int = 1
+    reran: str | None = None
+
+
+def default_runners_per_node(cpus: float) -> int:
+    """Runners on a node of ``cpus`` CPUs: one per four, at least one, at most eight (a
+    runner is one process: its coroutines share one core; more would only cost memory)."""
+    return max(1, min(8, int(cpus) // 4))
+
+
+class EpisodeRunnerCore:
+    """What runs inside a runner: the job's registries (by mode), where its files go, the
+    workspace template (unpacked once on this node), one model client per endpoint."""
+
+    def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, fleet_size: int,
+                 live: bool, ship_logs: bool) -> None:
+        self._registries = registries
+        self._files = files
+        self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly
+        self._live = live
+        self._ship_logs = ship_logs
+        self._models: dict[ModelConfig, ChatModel] = {}
+        self._template: Path | None = None
+        self._unpacking: asyncio.Future[Path] | None = None
+
+    def ready(self) -> str:
+        """The id of the node this runner is on."""
+        return ray.get_runtime_context().get_node_id()
+
+    async def _template_here(self) -> Path:
+        if self._unpacking is None:
+            async def unpack() -> Path:
+                data = self._files.template
+                if isinstance(data, ray.ObjectRef):
+                    data = await data
+                into = Path(self._files.root) / "templates" / node_folder() / uuid.uuid4().hex[:8]
+                await asyncio.to_thread(unpack_folder, data, into)
+                return into
+            self._unpacking = asyncio.ensure_future(unpack())
+        return await self._unpacking
+
+    async def run(self, batch: list[Work]) -> AsyncIterator[list[dict[str, Any]]]:
+        """Run ``batch``'s episodes at once; yield what is ready as it is: lists of
+        ``{"card": text}`` (live cards) and ``{"report": …, "log": bytes | None}``."""
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        tasks = [asyncio.ensure_future(self._one(work, outbox)) for work in batch]
+        left = len(tasks)
+        while left:
+            ready = [await outbox.get()]
+            while not outbox.empty():
+                ready.append(outbox.get_nowait())
+            left -= sum(1 for item in ready if "report" in item)
+            yield ready
+
+    async def _one(self, work: Work, outbox: asyncio.Queue[dict[str, Any]]) -> None:
+        episode = work.episode
+        try:
+            template = await self._template_here()
+            chat = None
+            if work.model is not None:
+                share = max(1, work.model.concurrency // self._fleet_size)
+                chat = model_for(work.model.model_copy(update={"concurrency": share}), self._models)
+            card = (lambda text: outbox.put_nowait({"card": text})) if self._live else None
+            report, log_path = await run_episode(episode, self._registries[episode.mode], self._files, template,
+                                                 model=chat, attempt=work.attempt, card=card)
+        except Exception as exc:  # noqa: BLE001 - the runner itself failed this episode: still one report
+            report, log_path = EpisodeReport(episode.id, episode.agent_id, status="failed",
+                                             message=error_message(exc), node=node_folder()), None
+        report.attempts, report.reran = work.attempt, work.reran
+        log = None
+        if self._ship_logs and log_path is not None:
+            try:
+                log = await asyncio.to_thread(log_path.read_bytes)
+            except OSError as exc:
+                report.status, report.message = "failed", f"its log could not be read back: {exc}"
+        outbox.put_nowait({"report": report.to_json(), "log": log})
+
+    async def close(self) -> None:
+        for chat in self._models.values():
+            await chat.close()
+
+
+EpisodeRunner = ray.remote(EpisodeRunnerCore)
+"""The runner actor (:class:`EpisodeRunnerCore` on Ray; options: :data:`RUNNER_OPTIONS`)."""
+
+
+class _Runner:
+    """The driver's view of one runner: its handle, node, and the episodes it holds."""
+
+    def __init__(self, handle: Any, node: str, slots: int) -> None:
+        self.handle = handle
+        self.node = node
+        self.slots = slots
+        self.held: dict[str, Work] = {}
+        self.alive = True
+
+
+class RunnerFleet:
+    """The runners of one job and the stream of its episodes through them.
+
+    ``runners_per_node``: a number, or ``None`` for :func:`default_runners_per_node` of
+    each node's CPUs. ``in_flight``: the episodes running at once over the whole fleet
+    (shared evenly between runners). ``options``: Ray actor options for the runners (e.g.
+    ``num_cpus``, ``runtime_env``)."""
+
+    def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, *, in_flight: int = 256,
+                 runners_per_node: int | None = None, live: bool = False, ship_logs: bool = True, options: dict[str, Any] | None = None) -> None:
+        if runners_per_node is not None and runners_per_node < 1:
+            raise ValueError(f"runners_per_node must be at least 1; got {runners_per_node}")
+        self._registries = registries
+        self._files = files
+        self._in_flight = max(1, in_flight)
+        self._per_node = runners_per_node
+        self._live = live
+        self._ship_logs = ship_logs
+        self._options = {**RUNNER_OPTIONS, **(options or {})}
+        self._runners: list[_Runner] = []
+        self._spares = 0
+        self._home: dict[str, str] = {}  # agent -> the node that hosts its scope
+        self._queues: dict[str | None, collections.deque[Work]] = collections.defaultdict(collections.deque)
+        self._changed = asyncio.Condition()
+        self._out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._outstanding = 0
+        self._drivers: set[asyncio.Task[None]] = set()
+
+    @property
+    def runners(self) -> list[tuple[Any, str]]:
+        """The live runners and their nodes."""
+        return [(r.handle, r.node) for r in self._runners if r.alive]
+
+    async def start(self) -> None:
+        """Make the runners over the alive nodes and learn where each agent's scope lives."""
+        nodes = [n for n in await asyncio.to_thread(ray.nodes) if n.get("Alive")]
+        wanted = [(n["NodeID"], self._per_node or default_runners_per_node(n.get("Resources", {}).get("CPU", 0)))
+                  for n in nodes]
+        total = sum(count for _, count in wanted)
+        self._spares = total  # replacements allowed over the job (a runner killed again and again stops here)
+        self._slots = max(1, math.ceil(self._in_flight / total))
+        self._core_args = (self._registries, self._files, total, self._live, self._ship_logs)
+        made = [self._make(node) for node, count in wanted for _ in range(count)]
+        ready = await asyncio.gather(*(handle.ready.remote() for handle in made), return_exceptions=True)
+        self._runners = [_Runner(h, n, self._slots) for h, n in zip(made, ready) if isinstance(n, str)]
+        if not self._runners:
+            raise RuntimeError(f"no episode runner started: {ready[0] if ready else 'the cluster has no alive node'}")
+        for registry in self._registries.values():
+            hosts = await registry._link.call("scope_host_nodes")
+            if hosts:
+                self._host_nodes = hosts
+                break
+        else:
+            self._host_nodes = []
+
+    def _make(self, node: str) -> Any:
+        strategy = NodeAffinitySchedulingStrategy(node, soft=True)
+        return EpisodeRunner.options(scheduling_strategy=strategy, **self._options).remote(*self._core_args)
+
+    def _home_of(self, agent: str) -> str | None:
+        if not self._host_nodes:
+            return None
+        node = self._host_nodes[host_index(agent, len(self._host_nodes))]
+        return node if any(r.alive and r.node == node for r in self._runners) else None
+
+    async def stream(self, works: Iterable[Work]) -> AsyncIterator[dict[str, Any]]:
+        """Run ``works``; yield ``{"card": …}`` and ``{"report": …, "log": …}`` as they come,
+        exactly one report per work, in the order they finish."""
+        for work in works:
+            self._queues[self._home_of(work.episode.agent_id)].append(work)
+            self._outstanding += 1
+        for runner in self._runners:
+            self._drive(runner)
+        while self._outstanding or not self._out.empty():
+            item = await self._out.get()
+            if "report" in item:
+                self._outstanding -= 1
+                async with self._changed:
+                    self._changed.notify_all()
+            yield item
+
+    def _drive(self, runner: _Runner) -> None:
+        task = asyncio.ensure_future(self._feed(runner))
+        self._drivers.add(task)
+        task.add_done_callback(self._drivers.discard)
+
+    def _queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def _take(self, node: str, count: int) -> list[Work]:
+        """Up to ``count`` works: the node's own first, then those with no home, then the
+        longest other queue's (a runner with nothing of its own helps the others)."""
+        taken: list[Work] = []
+        for queue in sorted((q for key, q in self._queues.items() if q),
+                            key=lambda q: (q is not self._queues.get(node), q is not self._queues.get(None), -len(q))):
+            while queue and len(taken) < count:
+                taken.append(queue.popleft())
+            if len(taken) == count:
+                break
+        return taken
+
+    async def _feed(self, runner: _Runner) -> None:
+        """Keep ``runner`` busy: send it chunks while it has free slots, until the job ends."""
+        while runner.alive and self._outstanding:
+            free = runner.slots - len(runner.held)
+            queued = self._queued()
+            if queued and free >= min(CHUNK, queued, runner.slots):
+                batch = self._take(runner.node, min(free, CHUNK))
+                for work in batch:
+                    runner.held[work.episode.id] = work
+                task = asyncio.ensure_future(self._send(runner, batch))
+                self._drivers.add(task)
+                task.add_done_callback(self._drivers.discard)
+                continue
+            async with self._changed:
+                await self._changed.wait()
+
+    async def _send(self, runner: _Runner, batch: list[Work]) -> None:
+        """One streaming call: each report as it comes; on the runner's death, what it held
+        runs again elsewhere."""
+        try:
+            async for ref in runner.handle.run.options(num_returns="streaming").remote(batch):
+                for item in await ref:
+                    if "report" in item:
+                        if runner.held.pop(item["report"]["id"], None) is None:
+                            continue  # not ours any more (never happens: one report per work)
+                        self._out.put_nowait(item)
+                        async with self._changed:
+                            self._changed.notify_all()
+                    else:
+                        self._out.put_nowait(item)
+        except ACTOR_GONE as exc:
+            await self._lost(runner, exc)
+        except RAY_ERROR as exc:  # the runner's own code failed the call: its episodes fail, coded
+            self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
+                       f"its runner failed: {error_message(exc)}")
+        finally:
+            if runner.alive and any(w.episode.id in runner.held for w in batch):
+                self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
+                           "its runner ended the call without reporting it")
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _lost(self, runner: _Runner, exc: BaseException) -> None:
+        if runner.alive:
+            runner.alive = False
+            if self._spares > 0:
+                self._spares -= 1
+                asyncio.ensure_future(self._replace(runner))
+        works, runner.held = list(runner.held.values()), {}
+        why = f"its runner on node {runner.node[:12]} died ({error_message(exc).splitlines()[0][:200]})"
+        again = [w for w in works if w.attempt == 1]
+        self._fail([w for w in works if w.attempt > 1], f"{why}, and had died once already")
+        for work in again:  # at the front: what was started first runs first
+            self._queues[self._home_of(work.episode.agent_id)].appendleft(
+                dataclasses.replace(work, attempt=2, reran=why))
+
+    async def _replace(self, dead: _Runner) -> None:
+        handle = self._make(dead.node)  # soft affinity: elsewhere when the node is gone
+        try:
+            node = await handle.ready.remote()
+        except RAY_ERROR:
+            return
+        runner = _Runner(handle, node, self._slots)
+        self._runners.append(runner)
+        if self._outstanding:
+            self._drive(runner)
+
+    def _fail(self, works: list[Work], message: str) -> None:
+        for work in works:
+            report = EpisodeReport(work.episode.id, work.episode.agent_id, status="failed", message=message,
+                                   attempts=work.attempt, reran=work.reran)
+            self._out.put_nowait({"report": report.to_json(), "log": None})
+
+    async def close(self) -> None:
+        """End the runners (their model clients closed first)."""
+        for task in list(self._drivers):
+            task.cancel()
+        alive = [r for r in self._runners if r.alive]
+        await asyncio.gather(*(r.handle.close.remote() for r in alive), return_exceptions=True)
+        for runner in self._runners:
+            ray.kill(runner.handle, no_restart=True)
