@@ -76,7 +76,8 @@ class _Job:
     reference ones and the plugins'), its template, its approval policy."""
 
     def __init__(self, *, tools: Sequence[Any], workspace: str | Path | None, reference: bool,
-                 approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None) -> None:
+                 approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None,
+                 name: str | None = None) -> None:
         check_policy(approvals)
         if shared_out and out is None:
             raise ValueError("shared_out needs an out folder (on storage every node mounts)")
@@ -84,6 +85,7 @@ class _Job:
         if not template.is_dir():
             raise ValueError(f"workspace template {template} is not a folder")
         self.tag = uuid.uuid4().hex[:8]
+        self.name = name or f"eval-{self.tag}"
         root = out if out is not None and shared_out else Path(scratch or tempfile.gettempdir()) / "dsh-actors-jobs" / self.tag
         self.files = JobFiles(str(root.resolve()), shared_out, pack_folder(template))
         self.approvals = approvals
@@ -106,13 +108,13 @@ class _Job:
         try:
             self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template))  # sent once
             for mode in sorted({w.episode.mode for w in works}):
-                registry = ToolRegistry.connect(f"eval-{mode}-{self.tag}", mode=mode, scope_hosting="shared",
+                registry = ToolRegistry.connect(f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
                                                 code_runtime=CodeRuntimeConfig() if mode != "native" else None)
                 registries[mode] = registry
                 for definition in self.definitions:
                     await registry.register(coded_failures(definition))
                 await registry.approvals(policy=self.approvals)
-            fleet = RunnerFleet(registries, self.files, in_flight=in_flight, runners_per_node=runners_per_node,
+            fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
                                 live=on_card is not None, ship_logs=logs is not None, options=runner_options)
             await fleet.start()
             async for item in fleet.stream(works):
@@ -147,7 +149,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        runners_per_node: int | None = None, out: str | Path | None = None,
                        shared_out: bool = False, scratch: str | Path | None = None,
                        on_card: Callable[[str], None] | None = None,
-                       runner_options: dict[str, Any] | None = None) -> AsyncIterator[EpisodeReport]:
+                       runner_options: dict[str, Any] | None = None,
+                       name: str | None = None) -> AsyncIterator[EpisodeReport]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -161,15 +164,17 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     each episode's log (``out/logs``); with ``shared_out`` it is on storage every node
     mounts and the runners write workspaces and logs into it. ``scratch``: the node-local
     folder (the same path on every node) for workspaces otherwise (default: the system's
-    temporary folder). Raises ``ValueError`` before anything runs when an episode is
-    invalid or has a task and no model."""
+    temporary folder). ``name`` names the job's registries (``<name>-<mode>``: the
+    registry an approval answer names) and runners; default ``eval-<random>``. Raises
+    ``ValueError`` before anything runs when an episode is invalid or has a task and no
+    model."""
     items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
     works = [Work(e, _model_config(e, model) if e.task is not None else None) for e in items]
     folder = Path(out).resolve() if out is not None else None
     if folder is not None:
         (folder / "logs").mkdir(parents=True, exist_ok=True)
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals,
-               out=folder, shared_out=shared_out, scratch=scratch)
+               out=folder, shared_out=shared_out, scratch=scratch, name=name)
     unknown = {e.id: e.unknown_tools(job.tool_names) for e in items}
     if any(unknown.values()):
         raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"

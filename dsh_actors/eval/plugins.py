@@ -13,7 +13,7 @@ agent's own workspace (``workspaces.at(ctx)``)::
             text = workspaces.at(ctx).resolve(args["path"]).read_text()
             return [{"type": "text", "text": str(len(text.splitlines()))}]
         return [{"name": "count_lines", "description": "Count a file's lines.",
-                 "parameters": {"path": "string"}, "execute": count_lines}]
+                 "parameters": {"path": {"type": "string"}}, "execute": count_lines}]
 
 A module that is not an installed package (a file next to the episodes, a folder of the
 job's working directory) travels to the executors with the definitions, by value: nothing

@@ -1,18 +1,19 @@
 """Episode runners: the job's episodes run in async actors on every node, not in the driver.
 
-A runner (:class:`EpisodeRunner`, an async actor reserving no CPU by default) runs many
+A runner (:class:`EpisodeRunner`, an async actor reserving no CPU by default, pinned to its
+node) runs many
 episodes at once as coroutines, each with its files, log and calls on the runner's node
 (:mod:`.episode_run`), and its own model client (each endpoint's concurrency limit is
 shared out evenly between the runners, so it holds across the fleet). :class:`RunnerFleet` is the driver's side: it makes
-runners on the alive nodes (soft node affinity, a number per node from its CPUs), streams
+runners on the alive nodes (a number per node from its CPUs), streams
 episodes to them in chunks with a bounded number in flight per runner, and hands back each
 report (and each live card) as it arrives. An episode is offered first to a runner on the
 node that hosts its agent's scope; a runner with nothing of its own takes others' work.
 
 Faults: a runner that dies (killed, or its node removed) costs no episode. What it had
 not reported runs again, once, on another runner (the report says so in ``reran``); a
-second death fails the episode with that reason. A dead runner is replaced (soft affinity
-to its node, so elsewhere when the node is gone). Nothing a runner does raises in the
+second death fails the episode with that reason. A dead runner is replaced: on its node
+while that is alive, else on the alive node with the fewest runners. Nothing a runner does raises in the
 driver: every episode ends in exactly one report.
 """
 
@@ -22,6 +23,7 @@ import asyncio
 import collections
 import dataclasses
 import math
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +42,16 @@ from .episode_run import JobFiles, model_for, run_episode, unpack_folder
 from .episodes import Episode
 from .reports import EpisodeReport
 
-__all__ = ["EpisodeRunner", "RunnerFleet", "Work", "default_runners_per_node"]
+__all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
 
 RUNNER_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 10_000, "max_restarts": 0,
                                   "max_task_retries": 0}
 """A runner reserves no CPU (it waits on models and tools), is never restarted by Ray (the
 fleet replaces it and reruns what it lost: Ray would rerun nothing) and no task of it is
 retried behind the fleet's back (an episode's tools have side effects)."""
+
+RUNNER_PREFIX = "dsh-runner:"
+"""Runners are named ``dsh-runner:<job>:<id>`` (``ray list actors``, ``ray.util.list_named_actors``)."""
 
 CHUNK = 16
 """Episodes sent to a runner in one streaming call, at most."""
@@ -86,6 +91,9 @@ class EpisodeRunnerCore:
     def ready(self) -> str:
         """The id of the node this runner is on."""
         return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     async def _template_here(self) -> Path:
         if self._unpacking is None:
@@ -161,14 +169,15 @@ class RunnerFleet:
     ``runners_per_node``: a number, or ``None`` for :func:`default_runners_per_node` of
     each node's CPUs. ``in_flight``: the episodes running at once over the whole fleet
     (shared evenly between runners). ``options``: Ray actor options for the runners (e.g.
-    ``num_cpus``, ``runtime_env``)."""
+    ``num_cpus``, ``runtime_env``). ``name``: the job's, in each runner's actor name."""
 
-    def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, *, in_flight: int = 256,
-                 runners_per_node: int | None = None, live: bool = False, ship_logs: bool = True, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, *, name: str = "job",
+                 in_flight: int = 256, runners_per_node: int | None = None, live: bool = False, ship_logs: bool = True, options: dict[str, Any] | None = None) -> None:
         if runners_per_node is not None and runners_per_node < 1:
             raise ValueError(f"runners_per_node must be at least 1; got {runners_per_node}")
         self._registries = registries
         self._files = files
+        self._name = name
         self._in_flight = max(1, in_flight)
         self._per_node = runners_per_node
         self._live = live
@@ -211,8 +220,11 @@ class RunnerFleet:
             self._host_nodes = []
 
     def _make(self, node: str) -> Any:
-        strategy = NodeAffinitySchedulingStrategy(node, soft=True)
-        return EpisodeRunner.options(scheduling_strategy=strategy, **self._options).remote(*self._core_args)
+        # Pinned: with soft affinity Ray may put a runner that reserves nothing on whichever
+        # node it likes (seen: every runner on the head), and the episodes would follow it.
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+        name = f"{RUNNER_PREFIX}{self._name}:{uuid.uuid4().hex[:8]}"  # named: an operator can find (and kill) it
+        return EpisodeRunner.options(scheduling_strategy=strategy, name=name, **self._options).remote(*self._core_args)
 
     def _home_of(self, agent: str) -> str | None:
         if not self._host_nodes:
@@ -313,7 +325,13 @@ class RunnerFleet:
                 dataclasses.replace(work, attempt=2, reran=why))
 
     async def _replace(self, dead: _Runner) -> None:
-        handle = self._make(dead.node)  # soft affinity: elsewhere when the node is gone
+        alive = {n["NodeID"] for n in await asyncio.to_thread(ray.nodes) if n.get("Alive")}
+        if not alive:
+            return
+        counts = collections.Counter(r.node for r in self._runners if r.alive and r.node in alive)
+        # Its own node when that is still there; else the alive node with the fewest runners.
+        node = dead.node if dead.node in alive else min(alive, key=lambda n: (counts[n], n))
+        handle = self._make(node)
         try:
             node = await handle.ready.remote()
         except RAY_ERROR:

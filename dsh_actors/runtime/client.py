@@ -19,6 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
@@ -190,6 +191,10 @@ class ToolRegistry(_Registrar):
         ensure_ray()
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True,
                                    **REGISTRY_OPTIONS}
+        # On its maker's node (a driver's is the one that stays): a registry placed on a
+        # worker node would take every agent's calls down with that node.
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)
         if detached:
             options["lifetime"] = "detached"
         handle, config = live_actor(

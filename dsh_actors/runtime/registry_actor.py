@@ -40,6 +40,12 @@ __all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryCor
 log = logging.getLogger("dsh_actors.runtime")
 
 
+def _here() -> NodeAffinitySchedulingStrategy:
+    """Pinned to this actor's node: what the registry alone owns (its hub, its approval
+    queue) lives and dies with it, never on a worker node that may leave the cluster."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def _alive_nodes() -> list[str]:
     """The ids of the cluster's alive nodes, in a stable order (one GCS read)."""
     return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
@@ -276,6 +282,7 @@ class RegistryActor:
         if self._approvals is None:
             self._approvals, _ = await live_actor_async(
                 lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
+                    scheduling_strategy=_here(),
                     name=approvals_actor_name(self._core.name), namespace=self._core.namespace,
                     get_if_exists=True,
                 ).remote(self._core.namespace, check_policy(policy or "ask"), self._core.name),
@@ -303,7 +310,7 @@ class RegistryActor:
         actor). ``dead`` is the id of a hub a client saw die for good: if it is the one on
         record, a successor starts (a hub whose process died is restarted by Ray)."""
         if self._hub is None or (dead is not None and self._hub._actor_id.hex() == dead):
-            self._hub = SignalHub.options(**HUB_OPTIONS).remote()  # type: ignore[attr-defined]
+            self._hub = SignalHub.options(**HUB_OPTIONS, scheduling_strategy=_here()).remote()  # type: ignore[attr-defined]
         return HubRef(self._name, self._namespace, self._hub)
 
     # scopes

@@ -1,0 +1,252 @@
+"""Episode runners on the test cluster: episodes spread over the nodes, each one's work on
+its own node, runners and nodes lost mid-run, the library entry point, shared output,
+your own tools and asks answered in a job.
+
+Where work ran is asserted from outside: the tools write marker files naming the node
+they ran on, and reports and logs are counted on disk."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from dsh_actors import define_tool, text_block
+from dsh_actors.eval.job import run_episodes, run_eval
+from dsh_actors.eval.runners import RUNNER_PREFIX
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def marking_tool(folder, name="mark", sleep_s=0.0):
+    """A tool that sleeps, then writes ``folder/<agent>.<n>`` holding its node's id."""
+    folder = str(folder)
+
+    def body(args, ctx):
+        time.sleep(sleep_s)
+        node = ray.get_runtime_context().get_node_id()
+        with open(os.path.join(folder, f"{ctx.agent}.{args.get('n', 0)}.{os.getpid()}.{time.monotonic_ns()}"), "w") as f:
+            f.write(node)
+        return [text_block(node)]
+    return define_tool(name=name, description="write a marker naming this node", parameters={"n": {"type": "number"}},
+                       execute=body)
+
+
+def episode(i, calls=3, file_work=True):
+    turns = [{"calls": [{"name": "mark", "arguments": {"n": n}}]} for n in range(calls)]
+    if file_work:
+        turns.append({"calls": [{"name": "write_file", "arguments": {"path": "mine.txt", "content": f"ep-{i}"}}]})
+        turns.append({"calls": [{"name": "read_file", "arguments": {"path": "mine.txt"}}]})
+    return {"id": f"ep-{i:03d}", "turns": turns}
+
+
+def markers(folder):
+    """agent -> set of node ids its calls ran on (from the marker files)."""
+    seen = {}
+    for path in Path(folder).iterdir():
+        seen.setdefault(path.name.split(".")[0], set()).add(path.read_text())
+    return seen
+
+
+def collect(stream):
+    async def run():
+        return [report async for report in stream]
+    return asyncio.run(run())
+
+
+def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_node(ray_cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "out"
+    reports = collect(run_episodes([episode(i) for i in range(40)], tools=[marking_tool(marks)], out=out,
+                                   in_flight=16))
+    assert sorted(r.id for r in reports) == [f"ep-{i:03d}" for i in range(40)]  # one report each
+    assert all(r.status == "ok" and r.calls == 5 and r.ok == 5 for r in reports), [r.message for r in reports]
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    by_node = {}
+    for report in reports:
+        by_node.setdefault(report.node, []).append(report.id)
+    assert len(by_node) == 2 and all(len(ids) >= 5 for ids in by_node.values()), by_node  # both nodes work
+    ran = markers(marks)
+    for report in reports:  # every call of an episode ran on its runner's node
+        (node,) = ran[report.agent]
+        assert node in nodes and node.startswith(report.node)
+        workspace = Path(report.workspace)
+        assert report.node in workspace.parts and (workspace / "mine.txt").read_text() == f"ep-{int(report.id[3:])}"
+        assert (out / "logs" / f"{report.id}.log").stat().st_size > 0  # logs streamed back to the driver's folder
+    assert not ray.util.list_named_actors(all_namespaces=True) or not any(
+        a["name"].startswith(RUNNER_PREFIX) for a in ray.util.list_named_actors(all_namespaces=True))  # ended
+
+
+def _runners():
+    return [ray.get_actor(a["name"], namespace=a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(RUNNER_PREFIX)]
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice(ray_cluster, tmp_path, kill):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    killed = []
+
+    def killer():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(marks.iterdir())) < 4:
+            time.sleep(0.05)
+        runner = _runners()[0]
+        if kill == "ray.kill":
+            ray.kill(runner, no_restart=True)
+        else:
+            os.kill(ray.get(runner.pid.remote()), signal.SIGKILL)
+        killed.append(time.monotonic())
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(12)],
+                                   tools=[marking_tool(marks, sleep_s=0.3)], in_flight=12, reference_tools=False))
+    thread.join()
+    assert killed
+    ids = [r.id for r in reports]
+    assert sorted(ids) == [f"ep-{i:03d}" for i in range(12)] and len(set(ids)) == 12  # none lost, none twice
+    rerun = [r for r in reports if r.attempts == 2]
+    assert rerun and all("died" in r.reran for r in rerun)  # the report says so
+    assert all(r.status == "ok" and r.ok == 4 for r in reports), [(r.id, r.message) for r in reports]
+    assert all(r.attempts == 1 and r.reran is None for r in reports if r not in rerun)
+
+
+def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):
+    cluster = ray_cluster["cluster"]
+    extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    removed = []
+
+    def remover():
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if any(p.read_text() == extra.node_id for p in marks.iterdir()):
+                cluster.remove_node(extra)
+                removed.append(True)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=remover)
+    thread.start()
+    try:
+        reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(18)],
+                                       tools=[marking_tool(marks, sleep_s=0.3)], in_flight=18, reference_tools=False))
+    finally:
+        thread.join()
+        if not removed:
+            cluster.remove_node(extra)
+    assert removed
+    assert sorted(r.id for r in reports) == [f"ep-{i:03d}" for i in range(18)]
+    assert all(r.status == "ok" for r in reports), [(r.id, r.message) for r in reports]
+    assert any(r.attempts == 2 for r in reports)
+    assert all(not r.node or not extra.node_id.startswith(r.node) for r in reports if r.attempts == 2)
+
+
+def test_shared_output_holds_every_workspace_and_log_and_show_finds_the_workspace(ray_cluster, tmp_path):
+    from dsh_actors.eval.job import show_log
+
+    out = tmp_path / "shared"
+    reports = collect(run_episodes([{"id": "w", "turns": [{"calls": [
+        {"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}}]}, {"calls": [
+        {"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}]}]}],
+        out=out, shared_out=True))
+    (report,) = reports
+    assert report.status == "ok" and Path(report.workspace) == out / "workspaces" / "w"
+    assert (out / "workspaces" / "w" / "a.txt").read_text() == "two\n" and (out / "logs" / "w.log").is_file()
+    summary = asyncio.run(run_eval([_write(tmp_path / "e.jsonl", [{"id": "r", "turns": [{"calls": [
+        {"name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}]}]}])], tmp_path / "run",
+        progress=None))
+    workspace = summary["per_episode"][0]["workspace"]
+    assert str(tmp_path / "run") not in workspace and Path(workspace, "b.txt").is_file()  # kept on its node
+    shown, _ = show_log(tmp_path / "run" / "logs" / "r.log")
+    assert "✓ write_file: b.txt" in shown
+
+
+def _write(path, episodes):
+    path.write_text("\n".join(json.dumps(e) for e in episodes) + "\n")
+    return path
+
+
+def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_policy(ray_cluster, tmp_path):
+    from dsh_actors.runtime.approval import ApprovalQueue
+
+    writes = {"id": "asker", "policies": ["ask-writes"], "turns": [{"calls": [
+        {"name": "write_file", "arguments": {"path": "w.txt", "content": "hi"}}]}]}
+    answered = []
+
+    def answer():
+        queue = ApprovalQueue("asking-job-native", "dsh-actors")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                pending = queue.pending().result(timeout_s=10)
+            except Exception:  # noqa: BLE001 - the job's queue is not up yet
+                pending = []
+            if pending:
+                answered.append(queue.allow(pending[0]["id"]).result(timeout_s=10))
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    (asked,) = collect(run_episodes([writes], approvals="ask", name="asking-job"))
+    thread.join()
+    assert answered == [True] and asked.status == "ok" and asked.ok == 1 and asked.asks == 1
+    assert (Path(asked.workspace) / "w.txt").read_text() == "hi"
+    (allowed,) = collect(run_episodes([writes], approvals="always"))
+    (rejected,) = collect(run_episodes([writes], approvals="never"))
+    assert (allowed.ok, allowed.asks) == (1, 1) and (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
+
+
+def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(tmp_path):
+    (tmp_path / "mytools.py").write_text(
+        "from dsh_actors.tools import AgentWorkspaces\n\n"
+        "def tools(workspaces: AgentWorkspaces):\n"
+        "    def count_lines(args, ctx):\n"
+        "        text = workspaces.at(ctx).resolve(args['path']).read_text()\n"
+        "        return [{'type': 'text', 'text': f'{len(text.splitlines())} lines'}]\n"
+        "    return [{'name': 'count_lines', 'description': 'Count a file\\'s lines.',\n"
+        "             'parameters': {'path': {'type': 'string'}}, 'execute': count_lines}]\n")
+    workspace = tmp_path / "template"
+    workspace.mkdir()
+    (workspace / "data.txt").write_text("a\nb\nc\n")
+    episodes = _write(tmp_path / "mine.jsonl", [
+        {"id": "count", "policies": ["ask-writes"], "turns": [
+            {"calls": [{"name": "count_lines", "arguments": {"path": "data.txt"}}]},
+            {"calls": [{"name": "write_file", "arguments": {"path": "data.txt", "content": "z\n"}}]},
+            {"calls": [{"name": "count_lines", "arguments": {"path": "data.txt"}}]}]}])
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    done = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "mytools:tools",
+                           "--workspace", str(workspace), "--approvals", "always", "--no-reference-tools",
+                           "--out", str(tmp_path / "out"), "--quiet"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["per_episode"][0]["errors"] == {"UNKNOWN_TOOL": 1}  # only --tools: write_file is not there
+    done = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "mytools:tools",
+                           "--workspace", str(workspace), "--approvals", "always", "--overwrite",
+                           "--out", str(tmp_path / "out"), "--quiet"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "out" / "summary.json").read_text())["per_episode"]
+    assert (row["ok"], row["asks"]) == (3, 1)
+    log = subprocess.run([sys.executable, "-m", "dsh_actors", "show", str(tmp_path / "out" / "logs" / "count.log")],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "3 lines" in log and "1 lines" in log  # the template's file, then the episode's own edit
+    assert (workspace / "data.txt").read_text() == "a\nb\nc\n"  # the template itself is never touched
+    bad = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "nosuch:tools",
+                          "--out", str(tmp_path / "out2")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "cannot import 'nosuch'" in bad.stderr and "Traceback" not in bad.stderr
