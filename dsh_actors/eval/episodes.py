@@ -109,14 +109,14 @@ class Episode(_Model):
     agent: str | None = pydantic.Field(default=None, pattern=_NAME)
     mode: Literal["native", "code", "both"] = "native"
     policies: list[str] = []
-    scope: Scope = Scope()
+    scope: Scope = pydantic.Field(default_factory=Scope)  # a factory: a default instance is deep-copied per line
     turns: list[Turn] = []
     """Scripted turns; or, with a model in the loop, ``task`` (and ``model``, ``scorer``)."""
     task: str | list[str] | None = None
     system: str | None = None
     model: ModelChoice | None = None
     scorer: dict[str, Any] | None = None
-    limits: Limits = Limits()
+    limits: Limits = pydantic.Field(default_factory=Limits)
 
     @pydantic.model_validator(mode="after")
     def _scripted_or_model(self) -> "Episode":
@@ -192,7 +192,8 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
     and an error for each line that is not one. Ids must be unique across files."""
     episodes: list[Episode] = []
     errors: list[EpisodeError] = []
-    seen: dict[str, str] = {}
+    ids: set[str] = set()
+    agents: set[str] = set()
     for path in paths:
         path = Path(path)
         try:
@@ -228,9 +229,10 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
                 errors.append(EpisodeError(str(path), number, "the episode is nested too deeply"))
                 continue
             episode._source = (str(path), number)
-            if episode.id in seen or episode.agent_id in seen.values():
+            if episode.id in ids or episode.agent_id in agents:
                 errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))
                 continue
-            seen[episode.id] = episode.agent_id
+            ids.add(episode.id)
+            agents.add(episode.agent_id)
             episodes.append(episode)
     return episodes, errors

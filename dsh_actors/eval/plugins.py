@@ -3,17 +3,8 @@
 ``name`` is a list (or tuple) of tool definitions — dicts, :class:`ToolDefinition`, or
 ``@tool`` functions — or a function returning one. A function taking one parameter gets
 the job's :class:`~dsh_actors.tools.AgentWorkspaces`, so its tools can work in each
-agent's own workspace (``workspaces.at(ctx)``)::
-
-    # mytools.py
-    from dsh_actors.tools import AgentWorkspaces
-
-    def tools(workspaces: AgentWorkspaces):
-        def count_lines(args, ctx):
-            text = workspaces.at(ctx).resolve(args["path"]).read_text()
-            return [{"type": "text", "text": str(len(text.splitlines()))}]
-        return [{"name": "count_lines", "description": "Count a file's lines.",
-                 "parameters": {"path": {"type": "string"}}, "execute": count_lines}]
+agent's own workspace (``workspaces.at(ctx)``). A runnable example is
+:mod:`dsh_actors.examples.tools_plugin` (``--tools dsh_actors.examples.tools_plugin:tools``).
 
 A module that is not an installed package (a file next to the episodes, a folder of the
 job's working directory) travels to the executors with the definitions, by value: nothing
@@ -79,6 +70,6 @@ def load_tools(spec: str, workspaces: AgentWorkspaces) -> list[Any]:
         raise PluginError(f"tool plugin {spec!r} gave {type(found).__name__}; give a list of tool definitions "
                           "or a function returning one")
     top = module_name.split(".")[0]
-    if not _installed(sys.modules[top]):
+    if top != "dsh_actors" and not _installed(sys.modules[top]):  # (this package is on every node)
         cloudpickle.register_pickle_by_value(sys.modules[top])
     return list(found)

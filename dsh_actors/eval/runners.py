@@ -53,8 +53,12 @@ retried behind the fleet's back (an episode's tools have side effects)."""
 RUNNER_PREFIX = "dsh-runner:"
 """Runners are named ``dsh-runner:<job>:<id>`` (``ray list actors``, ``ray.util.list_named_actors``)."""
 
-CHUNK = 16
+CHUNK = 64
 """Episodes sent to a runner in one streaming call, at most."""
+
+GATHER_S = 0.02
+"""How long a runner lets reports and cards gather before it sends them back together (the
+driver pays per message, not per episode; an episode lasts far longer)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class EpisodeRunnerCore:
         left = len(tasks)
         while left:
             ready = [await outbox.get()]
+            if left > 1:
+                await asyncio.sleep(GATHER_S)  # what finishes meanwhile goes with it: one message, not many
             while not outbox.empty():
                 ready.append(outbox.get_nowait())
             left -= sum(1 for item in ready if "report" in item)
@@ -232,21 +238,20 @@ class RunnerFleet:
         node = self._host_nodes[host_index(agent, len(self._host_nodes))]
         return node if any(r.alive and r.node == node for r in self._runners) else None
 
-    async def stream(self, works: Iterable[Work]) -> AsyncIterator[dict[str, Any]]:
-        """Run ``works``; yield ``{"card": …}`` and ``{"report": …, "log": …}`` as they come,
-        exactly one report per work, in the order they finish."""
+    async def stream(self, works: Iterable[Work]) -> AsyncIterator[list[dict[str, Any]]]:
+        """Run ``works``; yield lists of ``{"card": …}`` and ``{"report": …, "log": …}`` as
+        they come (what arrived together), exactly one report per work."""
         for work in works:
             self._queues[self._home_of(work.episode.agent_id)].append(work)
             self._outstanding += 1
         for runner in self._runners:
             self._drive(runner)
         while self._outstanding or not self._out.empty():
-            item = await self._out.get()
-            if "report" in item:
-                self._outstanding -= 1
-                async with self._changed:
-                    self._changed.notify_all()
-            yield item
+            items = [await self._out.get()]
+            while not self._out.empty():
+                items.append(self._out.get_nowait())
+            self._outstanding -= sum(1 for item in items if "report" in item)
+            yield items
 
     def _drive(self, runner: _Runner) -> None:
         task = asyncio.ensure_future(self._feed(runner))
@@ -289,15 +294,16 @@ class RunnerFleet:
         runs again elsewhere."""
         try:
             async for ref in runner.handle.run.options(num_returns="streaming").remote(batch):
+                freed = False
                 for item in await ref:
                     if "report" in item:
                         if runner.held.pop(item["report"]["id"], None) is None:
                             continue  # not ours any more (never happens: one report per work)
-                        self._out.put_nowait(item)
-                        async with self._changed:
-                            self._changed.notify_all()
-                    else:
-                        self._out.put_nowait(item)
+                        freed = True
+                    self._out.put_nowait(item)
+                if freed:  # its slots are free: the runner's feeder sends more
+                    async with self._changed:
+                        self._changed.notify_all()
         except ACTOR_GONE as exc:
             await self._lost(runner, exc)
         except RAY_ERROR as exc:  # the runner's own code failed the call: its episodes fail, coded

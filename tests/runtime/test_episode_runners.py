@@ -8,6 +8,7 @@ they ran on, and reports and logs are counted on disk."""
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -250,3 +251,9 @@ def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(tmp_pa
                           "--out", str(tmp_path / "out2")], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "cannot import 'nosuch'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_readmes_python_driver_example_runs_as_written(ray_cluster):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"\*\*From Python\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})

@@ -1,0 +1,1 @@
+"""Shipped examples: episodes, a workspace template, a tool plugin."""
