@@ -141,11 +141,9 @@ class Episode(_Model):
     @pydantic.field_validator("policies")
     @classmethod
     def _known_policies(cls, names: list[str]) -> list[str]:
-        from .policies import NAMED_POLICIES
+        from .policies import check_policy_names
 
-        unknown = [n for n in names if n not in NAMED_POLICIES]
-        if unknown:
-            raise ValueError(f"unknown policies {unknown}; known: {', '.join(sorted(NAMED_POLICIES))}")
+        check_policy_names(names)
         return names
 
     _source: tuple[str, int] = pydantic.PrivateAttr(default=("", 0))

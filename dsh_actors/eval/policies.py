@@ -7,6 +7,9 @@
   queue mounted that degrades to deny).
 * ``timeout`` — the reference timeout wrapper (``timeout_ms`` budgets).
 * ``retry`` — the reference retry wrapper (idempotent tools).
+* ``fleet-limit:TOOLS=N,…`` — at most N calls of those tools in flight at once across the
+  whole fleet (``bash=4``; ``read_file+write_file=8`` for a shared cap):
+  :func:`dsh_actors.runtime.limits.fleet_limit`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ..core.registry import Event
 from ..policies import retry_policy, timeout_policy
 from .destructive import destructive
 
-__all__ = ["NAMED_POLICIES", "policy_listeners"]
+__all__ = ["FLEET_LIMIT", "NAMED_POLICIES", "check_policy_names", "policy_listeners"]
 
 _SECRET = re.compile(r"password|BEGIN [A-Z ]*PRIVATE KEY", re.IGNORECASE)
 
@@ -53,9 +56,26 @@ NAMED_POLICIES: dict[str, tuple[Event, Any]] = {
 }
 
 
+FLEET_LIMIT = "fleet-limit:"
+
+
+def check_policy_names(names: list[str]) -> None:
+    """``ValueError`` naming what is wrong: unknown names, or a fleet limit that does not parse."""
+    from ..runtime.limits import parse_fleet_limit
+
+    unknown = [n for n in names if n not in NAMED_POLICIES and not n.startswith(FLEET_LIMIT)]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}; known: {', '.join(sorted(NAMED_POLICIES))}, "
+                         f"{FLEET_LIMIT}TOOL=N")
+    for name in names:
+        if name.startswith(FLEET_LIMIT):
+            parse_fleet_limit(name[len(FLEET_LIMIT):])
+
+
 def policy_listeners(names: list[str]) -> list[tuple[Event, Any]]:
     """``(event, listener)`` for each named policy; an unknown name raises with the list."""
-    unknown = [n for n in names if n not in NAMED_POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policies {unknown}; known: {', '.join(sorted(NAMED_POLICIES))}")
-    return [NAMED_POLICIES[n] for n in names]
+    from ..runtime.limits import fleet_limit, parse_fleet_limit
+
+    check_policy_names(names)
+    return [("tools/execute", fleet_limit(parse_fleet_limit(n[len(FLEET_LIMIT):])))
+            if n.startswith(FLEET_LIMIT) else NAMED_POLICIES[n] for n in names]

@@ -15,6 +15,7 @@ from .errors import (
     ScopeUnavailableError,
     WorkerCrashedError,
 )
+from .limits import fleet_limit
 from .local import ensure_ray
 from .policy import CONTINUE, ActorListener, Continue, actor_listener
 from .response import Response
@@ -40,4 +41,5 @@ __all__ = [
     "actor_listener",
     "agent_step",
     "ensure_ray",
+    "fleet_limit",
 ]
