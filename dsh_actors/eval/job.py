@@ -22,6 +22,7 @@ run is resumed (finished episodes are kept, the rest run again) or overwritten.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -32,7 +33,7 @@ import time
 import uuid
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence, TextIO
+from typing import Any, AsyncGenerator, Callable, Iterable, Mapping, Sequence, TextIO
 
 import ray
 from tqdm import tqdm
@@ -103,7 +104,7 @@ class _Job:
 
     async def run(self, works: list[Work], *, in_flight: int, runners_per_node: int | None,
                   on_card: Callable[[str], None] | None,
-                  runner_options: dict[str, Any] | None) -> AsyncIterator[list[EpisodeReport]]:
+                  runner_options: dict[str, Any] | None) -> AsyncGenerator[list[EpisodeReport], None]:
         """The works' reports, in lists of those that finished together."""
         registries: dict[str, ToolRegistry] = {}
         fleet: RunnerFleet | None = None
@@ -120,23 +121,29 @@ class _Job:
             fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
                                 live=on_card is not None, ship_logs=logs is not None, options=runner_options)
             await fleet.start()
-            async for items in fleet.stream(works):
-                reports = []
-                for item in items:
-                    if "card" in item:
-                        if on_card is not None:
-                            on_card(item["card"])
-                    else:
-                        reports.append((EpisodeReport.from_json(item["report"]), item["log"]))
-                if logs is not None:  # what came together is written together, off the event loop
-                    await asyncio.to_thread(_keep_logs, logs, reports)
-                if reports:
-                    yield [report for report, _ in reports]
+            async with contextlib.aclosing(fleet.stream(works)) as stream:
+                async for items in stream:
+                    reports = []
+                    for item in items:
+                        if "card" in item:
+                            if on_card is not None:
+                                on_card(item["card"])
+                        else:
+                            reports.append((EpisodeReport.from_json(item["report"]), item["log"]))
+                    if logs is not None:  # what came together is written together, off the event loop
+                        await asyncio.to_thread(_keep_logs, logs, reports)
+                    if reports:
+                        yield [report for report, _ in reports]
         finally:
-            if fleet is not None:
-                await fleet.close()
-            for registry in registries.values():
-                await asyncio.to_thread(registry.shutdown)
+            try:
+                if fleet is not None:
+                    await fleet.close()
+            finally:
+                for registry in registries.values():
+                    try:
+                        await asyncio.to_thread(registry.shutdown)
+                    except Exception:  # noqa: BLE001 - the others are still ended
+                        pass
 
 
 def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None]]) -> None:
@@ -176,7 +183,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        shared_out: bool = False, scratch: str | Path | None = None,
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
-                       name: str | None = None) -> AsyncIterator[EpisodeReport]:
+                       name: str | None = None) -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -195,6 +202,11 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     ``ValueError`` before anything runs when an episode is invalid or has a task and no
     model."""
     items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
+    for attribute in ("id", "agent_id"):  # each names an episode's files, scope and log
+        names = [getattr(e, attribute) for e in items]
+        twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) < len(names) else []
+        if twice:
+            raise ValueError(f"episodes must differ in {attribute.replace('_id', '')}: {twice} used twice")
     works = [Work(e, _model_config(e, model) if e.task is not None else None) for e in items]
     folder = Path(out).resolve() if out is not None else None
     if folder is not None:
@@ -205,10 +217,11 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     if any(unknown.values()):
         raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"
                                    for i, names in unknown.items() if names))
-    async for reports in job.run(works, in_flight=in_flight, runners_per_node=runners_per_node, on_card=on_card,
-                                 runner_options=runner_options):
-        for report in reports:
-            yield report
+    async with contextlib.aclosing(job.run(works, in_flight=in_flight, runners_per_node=runners_per_node,
+                                           on_card=on_card, runner_options=runner_options)) as batches:
+        async for reports in batches:
+            for report in reports:
+                yield report
 
 
 def _refuse_up_front(episodes: list[Episode], invalid: list[EpisodeError], known: set[str],
@@ -315,16 +328,18 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     works = [Work(e, configs.get(e.id)) for e in episodes if e.id not in kept]
     try:
         if works:
-            async for batch in job.run(works, in_flight=concurrency, runners_per_node=runners_per_node,
-                                       on_card=on_card, runner_options=runner_options):
-                await asyncio.to_thread(_write_reports, out / "reports", batch)
-                for report in batch:
-                    reports[report.id] = report
-                    if report.status != "ok":
-                        failures += 1
-                        bar.write(f"{report.id}: {report.status} — {report.message}", file=progress)
-                bar.set_postfix(failed=failures, refresh=False)
-                bar.update(len(batch))
+            async with contextlib.aclosing(job.run(works, in_flight=concurrency, runners_per_node=runners_per_node,
+                                                   on_card=on_card, runner_options=runner_options)) as batches:
+                async for batch in batches:
+                    await asyncio.to_thread(_write_reports, out / "reports", batch)
+                    for report in batch:
+                        reports[report.id] = report
+                        if report.status != "ok":
+                            failures += 1
+                            if progress is not None:
+                                bar.write(f"{report.id}: {report.status} — {report.message}", file=progress)
+                    bar.set_postfix(failed=failures, refresh=False)
+                    bar.update(len(batch))
     finally:
         bar.close()
     ordered = [reports[e.id] for e in episodes if e.id in reports]

@@ -65,7 +65,10 @@ def load_tools(spec: str, workspaces: AgentWorkspaces) -> list[Any]:
             takes = len(inspect.signature(found).parameters)
         except (TypeError, ValueError):
             takes = 0
-        found = found(workspaces) if takes else found()
+        try:
+            found = found(workspaces) if takes else found()
+        except Exception as exc:  # noqa: BLE001 - the plugin's own failure, said in one line
+            raise PluginError(f"tool plugin {spec!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(found, (list, tuple)):
         raise PluginError(f"tool plugin {spec!r} gave {type(found).__name__}; give a list of tool definitions "
                           "or a function returning one")

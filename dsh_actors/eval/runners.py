@@ -27,7 +27,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncGenerator, AsyncIterator, Iterable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -190,6 +190,8 @@ class RunnerFleet:
         self._ship_logs = ship_logs
         self._options = {**RUNNER_OPTIONS, **(options or {})}
         self._runners: list[_Runner] = []
+        self._made: list[Any] = []  # every runner handle made (close() kills them all)
+        self._replacing = 0  # replacements being made
         self._spares = 0
         self._home: dict[str, str] = {}  # agent -> the node that hosts its scope
         self._queues: dict[str | None, collections.deque[Work]] = collections.defaultdict(collections.deque)
@@ -215,6 +217,9 @@ class RunnerFleet:
         made = [self._make(node) for node, count in wanted for _ in range(count)]
         ready = await asyncio.gather(*(handle.ready.remote() for handle in made), return_exceptions=True)
         self._runners = [_Runner(h, n, self._slots) for h, n in zip(made, ready) if isinstance(n, str)]
+        for handle, node in zip(made, ready):
+            if not isinstance(node, str):
+                ray.kill(handle, no_restart=True)  # never started: it must not start later, unfed
         if not self._runners:
             raise RuntimeError(f"no episode runner started: {ready[0] if ready else 'the cluster has no alive node'}")
         for registry in self._registries.values():
@@ -230,7 +235,9 @@ class RunnerFleet:
         # node it likes (seen: every runner on the head), and the episodes would follow it.
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
         name = f"{RUNNER_PREFIX}{self._name}:{uuid.uuid4().hex[:8]}"  # named: an operator can find (and kill) it
-        return EpisodeRunner.options(scheduling_strategy=strategy, name=name, **self._options).remote(*self._core_args)
+        handle = EpisodeRunner.options(scheduling_strategy=strategy, name=name, **self._options).remote(*self._core_args)
+        self._made.append(handle)
+        return handle
 
     def _home_of(self, agent: str) -> str | None:
         if not self._host_nodes:
@@ -238,7 +245,7 @@ class RunnerFleet:
         node = self._host_nodes[host_index(agent, len(self._host_nodes))]
         return node if any(r.alive and r.node == node for r in self._runners) else None
 
-    async def stream(self, works: Iterable[Work]) -> AsyncIterator[list[dict[str, Any]]]:
+    async def stream(self, works: Iterable[Work]) -> AsyncGenerator[list[dict[str, Any]], None]:
         """Run ``works``; yield lists of ``{"card": …}`` and ``{"report": …, "log": …}`` as
         they come (what arrived together), exactly one report per work."""
         for work in works:
@@ -278,7 +285,9 @@ class RunnerFleet:
         while runner.alive and self._outstanding:
             free = runner.slots - len(runner.held)
             queued = self._queued()
-            if queued and free >= min(CHUNK, queued, runner.slots):
+            # Refill once a quarter of its slots is free (or what is left fits): one long
+            # episode must not keep the rest of a chunk's slots idle.
+            if queued and free >= min(CHUNK, queued, max(1, runner.slots // 4)):
                 batch = self._take(runner.node, min(free, CHUNK))
                 for work in batch:
                     runner.held[work.episode.id] = work
@@ -306,9 +315,12 @@ class RunnerFleet:
                         self._changed.notify_all()
         except ACTOR_GONE as exc:
             await self._lost(runner, exc)
-        except RAY_ERROR as exc:  # the runner's own code failed the call: its episodes fail, coded
-            self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
-                       f"its runner failed: {error_message(exc)}")
+        except RAY_ERROR as exc:
+            if await self._answers(runner):  # the runner's own code failed the call: its episodes fail, coded
+                self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
+                           f"its runner failed: {error_message(exc)}")
+            else:  # e.g. a report lost with its node's object store: the runner went with it
+                await self._lost(runner, exc)
         finally:
             if runner.alive and any(w.episode.id in runner.held for w in batch):
                 self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
@@ -316,36 +328,70 @@ class RunnerFleet:
             async with self._changed:
                 self._changed.notify_all()
 
+    @staticmethod
+    async def _answers(runner: _Runner) -> bool:
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(runner.handle.ready.remote().future()), 30)
+            return True
+        except (asyncio.TimeoutError, RAY_ERROR):
+            return False
+
     async def _lost(self, runner: _Runner, exc: BaseException) -> None:
         if runner.alive:
             runner.alive = False
+            # Fenced first: one only unreachable must not go on beside its episodes' reruns.
+            ray.kill(runner.handle, no_restart=True)
             if self._spares > 0:
                 self._spares -= 1
-                asyncio.ensure_future(self._replace(runner))
+                self._replacing += 1
+                task = asyncio.ensure_future(self._replace(runner))
+                self._drivers.add(task)
+                task.add_done_callback(self._drivers.discard)
         works, runner.held = list(runner.held.values()), {}
         why = f"its runner on node {runner.node[:12]} died ({error_message(exc).splitlines()[0][:200]})"
         again = [w for w in works if w.attempt == 1]
         self._fail([w for w in works if w.attempt > 1], f"{why}, and had died once already")
-        for work in again:  # at the front: what was started first runs first
+        # At the front, in their order: what was started first runs first.
+        for work in reversed(again):
             self._queues[self._home_of(work.episode.agent_id)].appendleft(
                 dataclasses.replace(work, attempt=2, reran=why))
+        self._if_none_left()
+
+    def _if_none_left(self) -> None:
+        """No runner alive and none coming: what is still queued can never run; fail it
+        (the job must end, not wait for a runner that will not come)."""
+        if self._replacing or any(r.alive for r in self._runners):
+            return
+        for queue in self._queues.values():
+            self._fail(list(queue), "no episode runner is left to run it (every runner died and the job's "
+                                    "replacements are used up)")
+            queue.clear()
 
     async def _replace(self, dead: _Runner) -> None:
-        alive = {n["NodeID"] for n in await asyncio.to_thread(ray.nodes) if n.get("Alive")}
-        if not alive:
-            return
-        counts = collections.Counter(r.node for r in self._runners if r.alive and r.node in alive)
-        # Its own node when that is still there; else the alive node with the fewest runners.
-        node = dead.node if dead.node in alive else min(alive, key=lambda n: (counts[n], n))
-        handle = self._make(node)
         try:
-            node = await handle.ready.remote()
-        except RAY_ERROR:
-            return
-        runner = _Runner(handle, node, self._slots)
-        self._runners.append(runner)
-        if self._outstanding:
-            self._drive(runner)
+            alive = {n["NodeID"] for n in await asyncio.to_thread(ray.nodes) if n.get("Alive")}
+            if not alive:
+                return
+            counts = collections.Counter(r.node for r in self._runners if r.alive and r.node in alive)
+            # Its own node when that is still there; else the alive node with the fewest runners.
+            node = dead.node if dead.node in alive else min(alive, key=lambda n: (counts[n], n))
+            handle = self._make(node)
+            try:
+                node = await asyncio.wait_for(asyncio.wrap_future(handle.ready.remote().future()), 120)
+            except (asyncio.TimeoutError, RAY_ERROR):
+                ray.kill(handle, no_restart=True)
+                return
+            runner = _Runner(handle, node, self._slots)
+            self._runners.append(runner)
+            if self._outstanding:
+                self._drive(runner)
+        except Exception:  # noqa: BLE001 - a replacement that could not be made is one runner fewer
+            pass
+        finally:
+            self._replacing -= 1
+            self._if_none_left()
+            async with self._changed:
+                self._changed.notify_all()
 
     def _fail(self, works: list[Work], message: str) -> None:
         for work in works:
@@ -354,10 +400,16 @@ class RunnerFleet:
             self._out.put_nowait({"report": report.to_json(), "log": None})
 
     async def close(self) -> None:
-        """End the runners (their model clients closed first)."""
+        """End the runners: each closes its model clients (for up to 10 s), then every
+        runner made is killed, whatever happens to this coroutine meanwhile."""
         for task in list(self._drivers):
             task.cancel()
-        alive = [r for r in self._runners if r.alive]
-        await asyncio.gather(*(r.handle.close.remote() for r in alive), return_exceptions=True)
-        for runner in self._runners:
-            ray.kill(runner.handle, no_restart=True)
+        try:
+            alive = [r for r in self._runners if r.alive]
+            await asyncio.wait_for(asyncio.gather(*(r.handle.close.remote() for r in alive),
+                                                  return_exceptions=True), 10)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        finally:
+            for handle in self._made:
+                ray.kill(handle, no_restart=True)

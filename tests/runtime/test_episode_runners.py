@@ -6,6 +6,7 @@ Where work ran is asserted from outside: the tools write marker files naming the
 they ran on, and reports and logs are counted on disk."""
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -86,9 +87,16 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
         a["name"].startswith(RUNNER_PREFIX) for a in ray.util.list_named_actors(all_namespaces=True))  # ended
 
 
-def _runners():
-    return [ray.get_actor(a["name"], namespace=a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith(RUNNER_PREFIX)]
+def _runners(job):
+    """The live runners of the job named ``job`` (each named dsh-runner:<job>:<id>)."""
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["name"].startswith(f"{RUNNER_PREFIX}{job}:"):
+            try:
+                found.append(ray.get_actor(entry["name"], namespace=entry["namespace"]))
+            except ValueError:
+                pass  # gone meanwhile
+    return found
 
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
@@ -101,7 +109,7 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(list(marks.iterdir())) < 4:
             time.sleep(0.05)
-        runner = _runners()[0]
+        runner = _runners(f"kill-{kill[:3]}")[0]
         if kill == "ray.kill":
             ray.kill(runner, no_restart=True)
         else:
@@ -110,14 +118,15 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
 
     thread = threading.Thread(target=killer)
     thread.start()
-    reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(12)],
+    reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(12)], name=f"kill-{kill[:3]}",
                                    tools=[marking_tool(marks, sleep_s=0.3)], in_flight=12, reference_tools=False))
     thread.join()
     assert killed
     ids = [r.id for r in reports]
     assert sorted(ids) == [f"ep-{i:03d}" for i in range(12)] and len(set(ids)) == 12  # none lost, none twice
     rerun = [r for r in reports if r.attempts == 2]
-    assert rerun and all("died" in r.reran for r in rerun)  # the report says so
+    assert rerun and all(r.reran.startswith("its runner on node ") and "died" in r.reran for r in rerun)  # says so
+    assert len({r.reran for r in rerun}) == 1  # one runner died, and each of its episodes says which
     assert all(r.status == "ok" and r.ok == 4 for r in reports), [(r.id, r.message) for r in reports]
     assert all(r.attempts == 1 and r.reran is None for r in reports if r not in rerun)
 
@@ -257,3 +266,53 @@ def test_the_readmes_python_driver_example_runs_as_written(ray_cluster):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     code = re.search(r"\*\*From Python\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_when_every_runner_keeps_dying_each_episode_still_ends_in_exactly_one_report(ray_cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    stop = threading.Event()
+    kills = []
+
+    def killer():  # every runner of the job, as soon as it shows up, until the job ends
+        while not stop.is_set():
+            for runner in _runners("doomed"):
+                try:
+                    os.kill(ray.get(runner.pid.remote(), timeout=10), signal.SIGKILL)
+                    kills.append(1)
+                except Exception:  # noqa: BLE001 - already dead
+                    pass
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        reports = collect(run_episodes([episode(i, calls=3, file_work=False) for i in range(8)], name="doomed",
+                                       tools=[marking_tool(marks, sleep_s=0.5)], in_flight=8, reference_tools=False))
+    finally:
+        stop.set()
+        thread.join()
+    assert sorted(r.id for r in reports) == [f"ep-{i:03d}" for i in range(8)]  # none lost, none twice, no hang
+    assert kills and all(r.status == "failed" for r in reports)
+    assert all("died" in r.message or "no episode runner is left" in r.message for r in reports)
+
+
+def test_leaving_the_report_stream_early_ends_the_jobs_runners(ray_cluster, tmp_path):
+    async def first_only():
+        async with contextlib.aclosing(run_episodes([episode(i, file_work=False) for i in range(6)], name="quitter",
+                                                    tools=[marking_tool(tmp_path)], reference_tools=False)) as stream:
+            async for report in stream:
+                return report
+
+    assert asyncio.run(first_only()).status == "ok"
+    deadline = time.monotonic() + 30
+    while _runners("quitter") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _runners("quitter")
+
+
+def test_episodes_that_share_an_id_or_an_agent_are_refused_before_anything_runs(ray_cluster):
+    with pytest.raises(ValueError, match="used twice"):
+        collect(run_episodes([episode(1), episode(1)]))
+    with pytest.raises(ValueError, match="agent"):
+        collect(run_episodes([{**episode(1), "agent": "same"}, {**episode(2), "agent": "same"}]))
