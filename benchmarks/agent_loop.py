@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import table, write_section  # noqa: E402
+from _results import machine_cpu_s, process_cpu_s, table, write_section  # noqa: E402
 
 from dsh_actors.agent import ChatModel, ModelConfig  # noqa: E402
 from dsh_actors.agent.scripted import ScriptedServer, reply  # noqa: E402
@@ -92,11 +92,17 @@ def main(count: int, concurrency: int) -> str:
                                             "scorer": {"kind": "exact", "expected": "done"}}) + "\n"
                                 for i in range(count)))
         config = ModelConfig(model="scripted", base_url=server.base_url, concurrency=concurrency)
+
+        def cpu() -> float:  # every process but the model server's
+            return machine_cpu_s() - process_cpu_s(server.process.pid)
+
+        before = cpu()
         alone = asyncio.run(client_alone(config, count, concurrency))
-        start = time.monotonic()
+        alone_cpu = cpu() - before
+        start, before = time.monotonic(), cpu()
         summary = asyncio.run(run_eval([path], Path(folder) / "out", concurrency=concurrency, progress=None,
                                        model=config))
-        wall = time.monotonic() - start
+        wall, job_cpu = time.monotonic() - start, cpu() - before
     model = summary["model"]
     assert summary["episodes_failed"] == 0 and model["success_rate"] == 1.0, summary["per_episode"][:2]
     at_once = min(concurrency, count)  # episode-seconds per second of wall
@@ -105,17 +111,24 @@ def main(count: int, concurrency: int) -> str:
         return f"{seconds / (of_wall * at_once) * 100:.1f}%"
 
     own = count * 2 * LATENCY_S  # the model's own time: two 50 ms turns an episode
-    rows = [["the model client alone (no harness)", f"{alone:.1f}", f"{count / alone:.1f}", share(own, alone), "—"],
-            ["dsh-actors episodes", f"{wall:.1f}", f"{count / wall:.1f}", share(own, wall),
-             share(model["model_s"], wall)]]
-    return table(["1,000 episodes, 200 at once", "wall s", "episodes/s", "model's own time, share of wall",
-                  "requests as the client timed them, share of wall"], rows) + (
+    turns = count * 2
+    alone_ms, job_ms = alone_cpu * 1000 / turns, job_cpu * 1000 / turns
+    rows = [["the model client alone (no harness)", f"{alone:.1f}", f"{count / alone:.1f}", share(own, alone), "—",
+             f"{alone_ms:.2f}", "1.00×"],
+            ["dsh-actors episodes (on runners)", f"{wall:.1f}", f"{count / wall:.1f}", share(own, wall),
+             share(model["model_s"], wall), f"{job_ms:.2f}", f"{job_ms / alone_ms:.2f}×"]]
+    return table([f"{count:,} episodes, {min(concurrency, count)} at once", "wall s", "episodes/s",
+                  "model's own time, share of wall", "requests as the client timed them, share of wall",
+                  "CPU ms per model turn (all but the model server)", "vs the client alone"], rows) + (
         f"\n\nEach episode: two model turns of 50 ms (a `read_file` call, then the answer, scored), one tool call, "
         "its scope, workspace copy and session log; the scripted model runs in a process of its own. The first "
         "row makes the same requests (same prompt, tools and history) with the same client and nothing else. "
         "*Model's own time*: 2 × 50 ms per episode, over wall × episodes at once; *as the client timed them*: "
         "each request from send to parsed answer, which includes waiting for the client's own event loop. "
-        f"Ideal wall: {own / at_once:.1f} s. Goal: ≥ 90 % at 200 at once.")
+        f"Ideal wall: {own / at_once:.1f} s. Goal: ≥ 90 % at 200 at once. *CPU per model turn*: the busy CPU of "
+        "every process on the machine (`/proc/stat`) minus the model server's (`/proc/PID/stat`), over the run, "
+        "per model request — the episode's whole harness (runners, executors, scope hosts, session writer, "
+        "driver) against the bare client making the same requests. Goal: ≤ 3× the client alone.")
 
 
 if __name__ == "__main__":

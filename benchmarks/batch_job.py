@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import table, write_section  # noqa: E402
+from _results import machine_cpu_s, process_cpu_s, table, write_section  # noqa: E402
 
 import ray  # noqa: E402
 
@@ -75,30 +75,17 @@ async def floor(calls: int, in_flight: int) -> float:
     return rate
 
 
-def driver_cpu_s() -> float:
-    """This process's user + system CPU seconds, from /proc (threads included)."""
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu_s() -> float:
-    """Busy CPU seconds of every process on the machine, from /proc/stat."""
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in
-                                                               Path("/proc/stat").read_text().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def main(counts: list[int], concurrency: int) -> None:
     ensure_ray()
     rows = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
         for count in counts:
             path = episodes(Path(folder), count)
-            start, cpu, busy = time.monotonic(), driver_cpu_s(), machine_cpu_s()
+            start, cpu, busy = time.monotonic(), process_cpu_s(), machine_cpu_s()
             summary = asyncio.run(run_eval([path], Path(folder) / f"out-{count}", concurrency=concurrency,
                                            progress=None, tools=[FETCH]))
             wall = time.monotonic() - start
-            driver_ms = (driver_cpu_s() - cpu) * 1000 / count
+            driver_ms = (process_cpu_s() - cpu) * 1000 / count
             machine_ms = (machine_cpu_s() - busy) * 1000 / count
             assert summary["episodes_failed"] == 0, summary["per_episode"][:3]
             in_flight = min(concurrency, count)

@@ -78,7 +78,7 @@ def test_policy_never_rejects_without_asking_and_unmounting_degrades_to_deny(reg
     result = registry.scope("a1").execute(call_id="n", name="echo", arguments={}).result(T)
     assert result.text == 'Error: the user rejected tool "echo"'
     assert queue.pending().result(T) == []
-    with pytest.raises(ValueError, match='must be one of "ask" or "never"'):
+    with pytest.raises(ValueError, match='must be one of "ask", "never" or "always"'):
         queue.set_policy("sometimes")
     registry.unmount_approvals().result(T)
     assert registry.scope("a1").execute(call_id="d", name="echo", arguments={}).result(T).text == \

@@ -147,7 +147,9 @@ def test_an_executor_dying_while_calls_stream_costs_each_call_exactly_one_result
         assert max(runs.values()) == 1  # no call ran twice
         assert all(runs.get(r.call_id) == 1 for r in results if not r.is_error)  # each answered call ran once
         crashed = sum(r.is_error for r in results)
-        assert crashed < total // 2  # only what the dead executor held; later calls went elsewhere
+        # Only what the dead executor held (at most the total // 2 + 1 calls sent before the
+        # kill, s0 to s200, when none had finished yet on a loaded machine); later calls went elsewhere.
+        assert crashed <= total // 2 + 1
         deadline = time.monotonic() + 30
         heard = []
         while time.monotonic() < deadline:
