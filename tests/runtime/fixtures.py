@@ -155,3 +155,29 @@ def hanging_registry(registry):
     registry.register(echo()).result(120)
     registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(120)
     return started, observed
+
+
+class WhenMarked:
+    """A thread that waits until ``folder`` holds ``count`` entries (calls have run), then
+    does ``action()`` once; ``done`` is the wall-clock time it did (``None`` if it never did)."""
+
+    def __init__(self, folder, count, action, within_s=60):
+        import threading
+
+        self.done = None
+        self._thread = threading.Thread(target=self._run, args=(folder, count, action, within_s))
+        self._thread.start()
+
+    def _run(self, folder, count, action, within_s):
+        import time
+        from pathlib import Path
+
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline and len(list(Path(folder).iterdir())) < count:
+            time.sleep(0.05)
+        action()
+        self.done = time.time()
+
+    def join(self):
+        self._thread.join()
+        return self.done

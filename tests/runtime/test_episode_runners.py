@@ -24,6 +24,8 @@ from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes, run_eval
 from dsh_actors.eval.runners import RUNNER_PREFIX
 
+from .fixtures import WhenMarked
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -103,25 +105,18 @@ def _runners(job):
 def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice(ray_cluster, tmp_path, kill):
     marks = tmp_path / "marks"
     marks.mkdir()
-    killed = []
 
-    def killer():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(marks.iterdir())) < 4:
-            time.sleep(0.05)
+    def stop_one():
         runner = _runners(f"kill-{kill[:3]}")[0]
         if kill == "ray.kill":
             ray.kill(runner, no_restart=True)
         else:
             os.kill(ray.get(runner.pid.remote()), signal.SIGKILL)
-        killed.append(time.monotonic())
 
-    thread = threading.Thread(target=killer)
-    thread.start()
+    killer = WhenMarked(marks, 4, stop_one)
     reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(12)], name=f"kill-{kill[:3]}",
                                    tools=[marking_tool(marks, sleep_s=0.3)], in_flight=12, reference_tools=False))
-    thread.join()
-    assert killed
+    assert killer.join()
     ids = [r.id for r in reports]
     assert sorted(ids) == [f"ep-{i:03d}" for i in range(12)] and len(set(ids)) == 12  # none lost, none twice
     rerun = [r for r in reports if r.attempts == 2]

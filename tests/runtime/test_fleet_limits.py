@@ -5,7 +5,6 @@ tool writes (start, end, node), not from the limiter's view of itself."""
 import asyncio
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import ray
 from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes
 from dsh_actors.runtime.limits import LimiterActor, fleet_limit, limiter_name, parse_fleet_limit
+
+from .fixtures import WhenMarked
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,22 +73,16 @@ def test_a_fleet_limit_caps_calls_in_flight_across_agents_on_every_node(ray_clus
 def test_the_limit_holds_while_its_actor_is_killed_and_restarted(ray_cluster, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    killed = []
 
-    def killer():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(marks.iterdir())) < 4:
-            time.sleep(0.05)
+    def kill_limiter():
         limiter = ray.get_actor(limiter_name("default"), namespace="dsh-actors")
         os.kill(ray.get(limiter.pid.remote()), signal.SIGKILL)
-        killed.append(time.time())
 
-    thread = threading.Thread(target=killer)
-    thread.start()
+    killer = WhenMarked(marks, 4, kill_limiter)
     reports = collect(run_episodes(episodes(12, 2, 3), tools=[slow_tool(marks, 0.3)], reference_tools=False,
                                    in_flight=12))
-    thread.join()
-    assert killed
+    killed = [killer.join()]
+    assert killed[0] is not None
     assert all(r.status == "ok" and r.ok == 2 for r in reports), [(r.id, r.message) for r in reports]
     assert len(list(marks.iterdir())) == 24 and most_at_once(marks) <= 3
     assert any(float(p.read_text().split()[0]) > killed[0] for p in marks.iterdir())  # calls went on after it
