@@ -7,12 +7,14 @@ agent step (parallel where the tools allow; one ``tool/result`` per call in call
 then the step's buffered context). A tool call whose arguments are not JSON still runs
 through the pipeline, which answers ``INVALID_ARGS`` — the model sees the error, the loop
 goes on; an unknown tool gets ``UNKNOWN_TOOL`` the same way. The loop stops on a final
-answer (a turn without tool calls), a budget (turns, tokens, wall time), an abort, or a
-model endpoint that failed after its retries.
+answer (a turn without tool calls), a cut-off or withheld one, a budget (turns, tokens,
+wall time — a pending reply is cancelled when the wall budget runs out), an abort, a model
+endpoint that failed after its retries, or one that answered something unusable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -41,7 +43,11 @@ class AgentOutcome:
     """How an agent's run ended and what it cost."""
 
     stop: str = "final"
-    """``final``, ``max_turns``, ``max_tokens``, ``max_wall``, ``aborted`` or ``model_error``."""
+    """``final``; ``length`` (the answer was cut off) or ``content_filter`` (withheld by the
+    endpoint), neither of them scored as a success; ``max_turns``, ``max_tokens``,
+    ``max_wall`` (enforced while a reply is pending: the request is cancelled); ``aborted``;
+    ``model_error`` (the endpoint failed after its retries) or ``malformed_reply`` (it
+    answered something that is not a Chat Completions reply)."""
     final: str | None = None
     message: str = ""
     turns: int = 0
@@ -103,10 +109,16 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
             return outcome
         events += await session.events(len(events))  # what was logged since the last turn
         history = derive_messages(events)
+        left = None if budgets.max_wall_s is None else budgets.max_wall_s - (time.monotonic() - started)
         try:
-            turn = await model.complete(system, history, tools)
+            turn = await asyncio.wait_for(model.complete(system, history, tools), left)
         except ModelError as exc:
-            outcome.stop, outcome.message = "model_error", str(exc)
+            outcome.stop, outcome.message = exc.stop, str(exc)
+            return outcome
+        except asyncio.TimeoutError:  # the wall budget ran out while the reply was pending
+            outcome.stop = "max_wall"
+            outcome.message = (f"no reply from the model within the episode's wall budget "
+                               f"({budgets.max_wall_s:g} s); the request was cancelled")
             return outcome
         outcome.turns += 1
         outcome.prompt_tokens += turn.prompt_tokens
@@ -116,6 +128,11 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
         calls = [{"call_id": c.id, "name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls]
         await session.append({"type": "assistant/message", "content": turn.content,
                               **({"tool_calls": calls} if calls else {})})
+        if turn.finish_reason in ("length", "content_filter"):
+            outcome.stop, outcome.final = turn.finish_reason, turn.content  # kept, never scored as an answer
+            outcome.message = ("the answer was cut off at the completion token limit" if turn.finish_reason == "length"
+                               else "the endpoint withheld the answer (content filter)")
+            return outcome
         if not calls:
             outcome.stop, outcome.final = "final", turn.content
             return outcome

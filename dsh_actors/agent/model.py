@@ -34,9 +34,18 @@ __all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall",
 
 
 class ModelError(HarnessError):
-    """The model endpoint failed (after its retries) or answered something unusable."""
+    """The model endpoint failed (after its retries) or answered something unusable.
+    ``stop`` says which: ``model_error`` (HTTP errors, connection failures, timeouts) or
+    ``malformed_reply`` (not a Chat Completions answer: HTML, truncated JSON, no choices)."""
 
     code = "MODEL_ERROR"
+
+    def __init__(self, message: str, stop: str = "model_error") -> None:
+        super().__init__(message)
+        self.stop = stop
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.stop))
 
 
 class ModelConfig(pydantic.BaseModel):
@@ -74,6 +83,8 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    finish_reason: str | None = None
+    """As the endpoint said: ``stop``, ``tool_calls``, ``length`` (cut off), ``content_filter``…"""
 
 
 def _text(content: Any) -> str:
@@ -145,9 +156,19 @@ class ChatModel:
                 response = await self._client.post("/chat/completions", cast_to=self._completion, body=body)
             except self._errors as exc:
                 raise ModelError(f"the model endpoint {self.config.base_url} failed: {exc}") from None
+            except ValueError as exc:  # a body that is not JSON (truncated, or another format)
+                raise ModelError(f"the model endpoint {self.config.base_url} sent a reply that is not valid JSON "
+                                 f"({exc}); is the base URL a Chat Completions endpoint (…/v1)?",
+                                 "malformed_reply") from None
             seconds = time.perf_counter() - started
-        if not response.choices:
-            raise ModelError(f"the model endpoint {self.config.base_url} answered with no choices")
+        where = f"the model endpoint {self.config.base_url}"
+        if not isinstance(response, self._completion):  # e.g. an HTML page served with status 200
+            shown = str(response).strip().replace("\n", " ")
+            raise ModelError(f"{where} answered with something that is not a Chat Completions reply "
+                             f"({shown[:80]!r}{'…' if len(shown) > 80 else ''}); is the base URL right (…/v1)?",
+                             "malformed_reply")
+        if not response.choices or getattr(response.choices[0], "message", None) is None:
+            raise ModelError(f"{where} answered with no choices (or a choice without a message)", "malformed_reply")
         message = response.choices[0].message
         calls = []
         for call in message.tool_calls or []:
@@ -156,7 +177,8 @@ class ChatModel:
                 calls.append(RawToolCall(call.id, function.name, function.arguments or ""))
         usage = response.usage
         return ModelTurn(message.content or "", calls, getattr(usage, "prompt_tokens", 0) or 0,
-                         getattr(usage, "completion_tokens", 0) or 0, seconds)
+                         getattr(usage, "completion_tokens", 0) or 0, seconds,
+                         getattr(response.choices[0], "finish_reason", None))
 
     async def close(self) -> None:
         await self._client.close()

@@ -23,10 +23,15 @@ __all__ = ["ScriptedServer", "reply"]
 Reply = Mapping[str, Any]
 
 
-def reply(content: str = "", *tool_calls: tuple[str, Any], status: int = 200, delay_s: float = 0.0) -> dict[str, Any]:
+def reply(content: str = "", *tool_calls: tuple[str, Any], status: int = 200, delay_s: float = 0.0,
+          finish_reason: str | None = None, raw: str | None = None,
+          content_type: str = "application/json") -> dict[str, Any]:
     """A scripted reply: ``content``, tool calls as ``(name, arguments)`` (a mapping is
-    sent as JSON, a string as it is), or an HTTP ``status`` other than 200."""
-    return {"content": content, "status": status, "delay_s": delay_s,
+    sent as JSON, a string as it is), or an HTTP ``status`` other than 200.
+    ``finish_reason`` overrides the usual one (``length``: a cut-off answer); ``raw`` is a
+    body sent as it is with status 200 and ``content_type`` (an HTML page, truncated JSON)."""
+    return {"content": content, "status": status, "delay_s": delay_s, "finish_reason": finish_reason,
+            "raw": raw, "content_type": content_type,
             "tool_calls": [{"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)} for n, a in tool_calls]}
 
 
@@ -61,6 +66,8 @@ class ScriptedServer:
         answer = self._next(body)
         if answer.get("delay_s"):
             await asyncio.sleep(answer["delay_s"])
+        if answer.get("raw") is not None:
+            return web.Response(text=answer["raw"], content_type=answer.get("content_type", "application/json"))
         if answer.get("status", 200) != 200:
             return web.json_response({"error": {"message": "scripted error", "type": "scripted"}},
                                      status=answer["status"], headers={"Retry-After": "0"})
@@ -74,7 +81,8 @@ class ScriptedServer:
         return web.json_response({
             "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
             "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": answer.get("finish_reason") or ("tool_calls" if calls else "stop")}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         })
 

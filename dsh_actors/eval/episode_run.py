@@ -125,6 +125,16 @@ def _guard(tools: list[str], reason: str) -> Any:
     return lambda execution: reason if execution.name in names else None
 
 
+def started_report(episode: Episode, node: str | None, attempt: int, model: str | None) -> EpisodeReport:
+    """An episode's report before anything ran: one with a task counts as a model episode
+    (unscored: a failure until its scorer says otherwise) whatever happens next."""
+    report = EpisodeReport(episode.id, episode.agent_id, node=node, attempts=attempt,
+                           model=model or ("(none)" if episode.task is not None else None))
+    if episode.task is not None and episode.scorer is not None:
+        report.success = False
+    return report
+
+
 def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Path, Path]:
     """The episode's own copy of the workspace on this node, and the path of its log (a
     log or workspace left by an earlier attempt is removed: this one starts again)."""
@@ -147,7 +157,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
     """Run ``episode``; its report and the path of its log on this node. ``card`` hears
     each call's card as it completes (live cards); ``attempt`` > 1 starts the agent's
     scope afresh (what an earlier attempt set up there is dropped first)."""
-    report = EpisodeReport(episode.id, episode.agent_id, node=node_folder(), attempts=attempt)
+    report = started_report(episode, node_folder(), attempt, model.config.model if model is not None else None)
     scope = registry.scope(episode.agent_id)
     session: SessionLog | None = None
     log_path: Path | None = None
@@ -173,7 +183,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
         def seen(call: Any, result: Any, seconds: float) -> None:
             classify(report, result, seconds)
             if card is not None:
-                card(_card(tools, call, result, episode.id))
+                card(_card(tools, call, result, episode.id, episode.agent_id))
 
         if episode.task is not None:
             assert model is not None  # the job gives every task a model
@@ -219,6 +229,9 @@ async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, sess
     prompt.add_registry(registry)
     assembly = await prompt.assemble({"scope": episode.agent_id})
     limits = episode.limits
+    report.stop = "model_error"  # until the loop says otherwise: a loop that raises is counted, unscored
+    if episode.scorer is not None:
+        report.success = False
     outcome = await run_agent(scope, session, model, system=assembly.text(), tools=assembly.tools,
                               task=episode.task or "", on_result=seen,
                               budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s))
@@ -228,16 +241,20 @@ async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, sess
     report.model_turn_ms = [round(s * 1000, 2) for s in outcome.model_turns_s]
     report.tool_step_ms = [round(s * 1000, 2) for s in outcome.tool_steps_s]
     report.final = outcome.final
-    if episode.scorer is not None:
-        report.success = score(episode.scorer, outcome.final)
-    if outcome.stop == "model_error":
+    if episode.scorer is not None:  # only a final answer can succeed: a cut-off one never does
+        report.success = outcome.stop == "final" and score(episode.scorer, outcome.final)
+    if outcome.stop in ("model_error", "malformed_reply"):
         raise RuntimeError(outcome.message)
+    if outcome.message:
+        report.message = outcome.message
 
 
-def _card(tools: dict[str, Any], call: Any, result: Any, episode: str) -> str:
+def _card(tools: dict[str, Any], call: Any, result: Any, episode: str, agent: str = "") -> str:
     definition = tools.get(call["name"])
     args = call["arguments"]
     call_view = definition.present_call(args) if definition is not None and definition.present_call else None
+    if call_view and isinstance(call_view.get("cwd"), str) and agent:  # the agent's real folder, not the pattern
+        call_view = {**call_view, "cwd": call_view["cwd"].replace("<node>", node_folder()).replace("<agent>", agent)}
     result_view = definition.present_result(args, result) if definition is not None and definition.present_result else None
     return f"[{episode}] " + render_card(call["name"], args, call_view, result_view, result)
 

@@ -350,6 +350,14 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     return summary
 
 
+def _said(content: Any, limit: int = 2000) -> str:
+    """What a model turn said, as one card line or a few (long text cut, its size said)."""
+    text = content if isinstance(content, str) else "\n".join(
+        b.get("text", "") for b in content if isinstance(b, Mapping)) if isinstance(content, list) else ""
+    text = text.strip()
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
+
+
 def _workspace_of(log: Path) -> Path | None:
     """The workspace the episode of a run folder's ``log`` worked in, when it is on this
     machine (its report says where the run kept it)."""
@@ -381,6 +389,8 @@ def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str
                 parts.append(render_card(event["name"], thaw(event.get("arguments")), card["call"], card["result"], event))
             elif kind == "user/message":
                 parts.append(f"» user: {event['content']}")
+            elif kind == "assistant/message" and _said(event.get("content")):
+                parts.append(f"« assistant: {_said(event.get('content'))}")
             elif kind == "approval/asked":
                 parts.append(f"? approval asked for {event['tool_name']} ({event['id']})"
                              + (f": {event['reason']}" if event.get("reason") else ""))

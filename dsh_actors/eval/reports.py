@@ -30,6 +30,8 @@ class EpisodeReport:
     sub_call_errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     # with a model in the loop
+    model: str | None = None
+    """The model's name, for an episode with a task (``None``: scripted)."""
     stop: str | None = None
     turns: int = 0
     prompt_tokens: int = 0
@@ -70,10 +72,19 @@ def classify(report: EpisodeReport, result: Any, seconds: float) -> None:
 
 
 def _percentile(values: list[float], p: float) -> float | None:
+    """The ``p``-th percentile, interpolated between the closest ranks (numpy's default:
+    the p50 of two samples is their mean)."""
     if not values:
         return None
     ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 2)
+    rank = p / 100 * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return round(ordered[low] + (ordered[high] - ordered[low]) * (rank - low), 2)
+
+
+def _shown(value: Any) -> str:
+    return "—" if value is None else str(value)
 
 
 def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds: float) -> dict[str, Any]:
@@ -97,7 +108,7 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
                       "errors": sum(r.sub_call_errors for r in reports)},
         "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
                        "p99": _percentile(latencies, 99)},
-        "model": _model_summary([r for r in reports if r.stop is not None]),
+        "model": _model_summary([r for r in reports if r.model is not None or r.stop is not None]),
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
@@ -147,7 +158,7 @@ def markdown_of(summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
         f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['tool_errors']} | "
         f"{summary['asks']} | {summary['sub_calls']['total']} ({summary['sub_calls']['errors']}) | "
-        f"{latency['p50']} | {latency['p90']} | {latency['p99']} |", "",
+        f"{_shown(latency['p50'])} | {_shown(latency['p90'])} | {_shown(latency['p99'])} |", "",
         "| error code | count |", "|---|---|",
         *[f"| {code} | {count} |" for code, count in summary["errors_by_code"].items()], "",
         "| episode | agent | status | calls | ok | denied | asks | errors |", "|---|---|---|---|---|---|---|---|",
@@ -164,8 +175,8 @@ def markdown_of(summary: dict[str, Any]) -> str:
                   f"{model['tokens']['prompt']} | {model['tokens']['completion']} | {model['model_s']} | "
                   f"{model['tool_s']} | {', '.join(f'{k} {v}' for k, v in sorted(model['stops'].items()))} |",
                   "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
-                  f"| a model turn | {turn['p50']} | {turn['p90']} | {turn['p99']} | {turn['max']} |",
-                  f"| a step's tool calls | {step['p50']} | {step['p90']} | {step['p99']} | {step['max']} |"]
+                  "| a model turn | " + " | ".join(_shown(turn[k]) for k in ("p50", "p90", "p99", "max")) + " |",
+                  "| a step's tool calls | " + " | ".join(_shown(step[k]) for k in ("p50", "p90", "p99", "max")) + " |"]
     if summary["invalid"]:
         lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
     return "\n".join(lines) + "\n"

@@ -38,9 +38,8 @@ from ..runtime.client import ToolRegistry
 from ..runtime.errors import ACTOR_GONE, RAY_ERROR
 from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
-from .episode_run import JobFiles, model_for, run_episode, unpack_folder
+from .episode_run import JobFiles, model_for, run_episode, started_report, unpack_folder
 from .episodes import Episode
-from .reports import EpisodeReport
 
 __all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
 
@@ -138,8 +137,9 @@ class EpisodeRunnerCore:
             report, log_path = await run_episode(episode, self._registries[episode.mode], self._files, template,
                                                  model=chat, attempt=work.attempt, card=card)
         except Exception as exc:  # noqa: BLE001 - the runner itself failed this episode: still one report
-            report, log_path = EpisodeReport(episode.id, episode.agent_id, status="failed",
-                                             message=error_message(exc), node=node_folder()), None
+            report, log_path = started_report(episode, node_folder(), work.attempt,
+                                              work.model.model if work.model else None), None
+            report.status, report.message = "failed", error_message(exc)
         report.attempts, report.reran = work.attempt, work.reran
         log = None
         if self._ship_logs and log_path is not None:
@@ -395,8 +395,8 @@ class RunnerFleet:
 
     def _fail(self, works: list[Work], message: str) -> None:
         for work in works:
-            report = EpisodeReport(work.episode.id, work.episode.agent_id, status="failed", message=message,
-                                   attempts=work.attempt, reran=work.reran)
+            report = started_report(work.episode, None, work.attempt, work.model.model if work.model else None)
+            report.status, report.message, report.reran = "failed", message, work.reran
             self._out.put_nowait({"report": report.to_json(), "log": None})
 
     async def close(self) -> None:

@@ -97,3 +97,36 @@ def test_scorers(spec, answer, verdict):
 def test_a_malformed_scorer_is_refused_with_what_is_wrong(spec, message):
     with pytest.raises(ScorerError, match=message):
         check_scorer(spec)
+
+
+def test_a_reply_that_is_not_a_chat_completion_is_a_malformed_reply_naming_the_endpoint():
+    page = "<html><body>" + "x" * 500 + "</body></html>"
+    for raw, kind, says in [(page, "text/html", "not a Chat Completions reply"),
+                            ('{"choices": [', "application/json", "not valid JSON"),
+                            ('{"id": "x", "object": "chat.completion", "choices": []}', "application/json", "no choices")]:
+        with ScriptedServer([reply(raw=raw, content_type=kind)]) as server:
+            with pytest.raises(ModelError, match=says) as caught:
+                complete(server, retries=0)
+        assert caught.value.stop == "malformed_reply" and server.base_url in str(caught.value)
+        assert len(str(caught.value)) < 400  # a page is quoted, not pasted
+    with ScriptedServer([reply("cut", finish_reason="length")]) as server:
+        assert complete(server).finish_reason == "length"
+
+
+def test_cards_cut_long_values_saying_their_size_and_keep_their_head_line_first():
+    from dsh_actors.render import render_card
+
+    ok = {"content": [{"type": "text", "text": "fine"}], "is_error": False}
+    card = render_card("write_file", {"content": "y" * 2_000_000}, None, None, ok)
+    assert max(len(line) for line in card.splitlines()) < 140 and "chars)" in card
+    card = render_card("bash", {"command": "ls # list"}, {"card": "terminal", "title": "ls # list",
+                                                            "description": "list files", "cwd": "/w"}, None, ok)
+    assert card.splitlines()[0].startswith("✓ bash: ls # list") and "  # list files" in card
+
+
+@pytest.mark.parametrize("values, p50, p90", [([1.0, 2.0], 1.5, 1.9), ([5.0], 5.0, 5.0), ([], None, None),
+                                              ([1.0, 2.0, 3.0, 4.0, 5.0], 3.0, 4.6)])
+def test_percentiles_interpolate_between_ranks(values, p50, p90):
+    from dsh_actors.eval.reports import _percentile
+
+    assert (_percentile(values, 50), _percentile(values, 90)) == (p50, p90)

@@ -95,3 +95,50 @@ def test_a_task_without_a_model_is_reported_up_front(ray_cluster, tmp_path):
     assert summary["invalid"] == [f"{episodes}:1: a task needs a model: give the episode a model name, or run with "
                                   "--model (and --base-url for anything but OpenAI's API)"]
     assert summary["per_episode"] == []
+
+
+STOPS = {
+    "Cut off.": [reply("The answer is 4", finish_reason="length")],
+    "Filtered.": [reply("", finish_reason="content_filter")],
+    "HTML.": [reply(raw="<html><body>Welcome to nginx!</body></html>", content_type="text/html")],
+    "Torn.": [reply(raw='{"id": "x", "choices": [{"message": ')],
+    "Slow.": [reply("late", delay_s=20)],
+    "Fine.": [reply("4")],
+}
+
+
+def respond_stop(request):
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    return STOPS[task][0]
+
+
+@pytest.mark.timeout(T)
+def test_every_way_a_turn_ends_has_its_stop_and_only_a_final_answer_is_scored(ray_cluster, tmp_path):
+    import time
+
+    expected = {"kind": "regex", "pattern": "4"}
+    episodes = tmp_path / "stops.jsonl"
+    episodes.write_text("\n".join(json.dumps({"id": task.rstrip(".").lower().replace(" ", "-"), "task": task,
+                                              "scorer": expected, "limits": {"max_wall_s": 2}})
+                                  for task in STOPS))
+    with ScriptedServer(respond_stop) as server:
+        config = ModelConfig(model="scripted-7b", base_url=server.base_url, max_retries=0)
+        started = time.monotonic()
+        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config))
+        took = time.monotonic() - started
+    per = {e["id"]: e for e in summary["per_episode"]}
+    assert per["cut-off"]["stop"] == "length" and per["cut-off"]["success"] is False  # "4" is there, not scored
+    assert "cut off" in per["cut-off"]["message"] and per["cut-off"]["status"] == "ok"
+    assert per["filtered"]["stop"] == "content_filter" and per["filtered"]["success"] is False
+    for torn in ("html", "torn"):
+        assert per[torn]["stop"] == "malformed_reply" and per[torn]["status"] == "failed", per[torn]
+        assert server.base_url in per[torn]["message"] and "object has no attribute" not in per[torn]["message"]
+    assert "Welcome to nginx" in per["html"]["message"] and "not valid JSON" in per["torn"]["message"]
+    assert per["slow"]["stop"] == "max_wall" and "wall budget (2 s)" in per["slow"]["message"]
+    assert took < 15  # the 20 s reply was cancelled at the 2 s budget, not waited for
+    assert per["fine"]["stop"] == "final" and per["fine"]["success"] is True
+    model = summary["model"]
+    assert model["episodes"] == 6 and model["scored"] == 6 and model["success_rate"] == round(1 / 6, 4)
+    assert model["stops"] == {"length": 1, "content_filter": 1, "malformed_reply": 2, "max_wall": 1, "final": 1}
+    shown, _ = show_log(tmp_path / "out" / "logs" / "cut-off.log")
+    assert "« assistant: The answer is 4" in shown  # show renders the model's turns
