@@ -153,6 +153,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     if args.model:
         model = ModelConfig(model=args.model, api_key_env=args.api_key_env, concurrency=args.model_concurrency,
+                            token_ids=args.token_ids,
                             **({"base_url": args.base_url} if args.base_url else {}))
     ensure_ray()
     try:
@@ -161,7 +162,7 @@ def _eval(args: argparse.Namespace) -> int:
                                        overwrite=args.overwrite, model=model, tools=args.tools,
                                        workspace=args.workspace, reference_tools=not args.no_reference_tools,
                                        approvals=args.approvals, runners_per_node=args.runners_per_node,
-                                       shared_out=args.shared_out))
+                                       shared_out=args.shared_out, tool_timeout_s=args.tool_timeout))
     except (RunFolderError, PluginError, ValueError) as exc:
         print(f"dsh-actors eval: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -188,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--workspace", help="folder each episode gets its own copy of (default: the shipped one)")
     evaluate.add_argument("--approvals", choices=["never", "always", "ask"], default="never",
                           help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals`")
+    evaluate.add_argument("--tool-timeout", type=float, default=600.0, metavar="SECONDS",
+                          help="every tool call's deadline (default 600; an episode's limits.tool_timeout_s "
+                               "or a tool's own timeout_ms wins)")
     evaluate.add_argument("--shared-out", action="store_true",
                           help="--out is on storage every node mounts: runners write workspaces and logs there")
     evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")
@@ -198,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--base-url", help="the model endpoint, e.g. http://127.0.0.1:8000/v1 (default: OpenAI's)")
     evaluate.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     evaluate.add_argument("--model-concurrency", type=int, default=64, help="model requests in flight at once")
+    evaluate.add_argument("--token-ids", action="store_true",
+                          help="keep each model turn's token ids and logprobs as the endpoint sends them (vLLM)")
     replay = commands.add_parser("replay", help="re-run session logs against a policy set; report what differs")
     replay.add_argument("logs", nargs="+")
     replay.add_argument("--policies", required=True, help="comma-separated policy names (see dsh_actors.eval.policies)")

@@ -127,7 +127,8 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
         outcome.model_turns_s.append(turn.seconds)
         calls = [{"call_id": c.id, "name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls]
         await session.append({"type": "assistant/message", "content": turn.content,
-                              **({"tool_calls": calls} if calls else {})})
+                              **({"tool_calls": calls} if calls else {}),
+                              **({"tokens": turn.tokens.to_event()} if turn.tokens is not None else {})})
         if turn.finish_reason in ("length", "content_filter"):
             outcome.stop, outcome.final = turn.finish_reason, turn.content  # kept, never scored as an answer
             outcome.message = ("the answer was cut off at the completion token limit" if turn.finish_reason == "length"

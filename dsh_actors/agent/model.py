@@ -30,7 +30,8 @@ import pydantic
 
 from ..core.errors import HarnessError
 
-__all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "to_chat_messages"]
+__all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "TurnTokens", "to_chat_messages",
+           "turn_tokens"]
 
 
 class ModelError(HarnessError):
@@ -63,6 +64,9 @@ class ModelConfig(pydantic.BaseModel):
     timeout_s: float = pydantic.Field(default=120.0, gt=0)
     concurrency: int = pydantic.Field(default=64, ge=1)
     """Requests in flight at once across everything that shares this client (one job)."""
+    token_ids: bool = False
+    """Ask for each turn's token ids and logprobs (vLLM's ``return_token_ids`` and the
+    standard ``logprobs``) and keep them exactly as sent: nothing is re-tokenized."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,46 @@ class RawToolCall:
     id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True)
+class TurnTokens:
+    """A turn's tokens as the endpoint sent them; ``missing`` says why there are none."""
+
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    missing: str | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        """As the ``tokens`` field of the turn's ``assistant/message`` event."""
+        if self.missing is not None:
+            return {"missing": self.missing}
+        return {"prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs}
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def turn_tokens(response: Any, choice: Any) -> TurnTokens:
+    """The token ids and logprobs of one reply: vLLM's ``prompt_token_ids`` (on the reply
+    or the choice) and ``token_ids`` (on the choice), and the standard ``logprobs``
+    content. Ids that are not all there come back as ``missing`` with the reason."""
+    prompt = _int_list(getattr(response, "prompt_token_ids", None)) or _int_list(
+        getattr(choice, "prompt_token_ids", None))
+    completion = _int_list(getattr(choice, "token_ids", None))
+    content = getattr(getattr(choice, "logprobs", None), "content", None) or []
+    logprobs = [float(getattr(entry, "logprob", 0.0)) for entry in content] or None
+    if prompt is None or completion is None:
+        absent = [name for name, value in (("prompt_token_ids", prompt), ("token_ids", completion)) if value is None]
+        return TurnTokens(missing=f"the endpoint sent no {' or '.join(absent)} (it may not support "
+                                  "return_token_ids); nothing was re-tokenized")
+    if logprobs is not None and len(logprobs) != len(completion):
+        logprobs = None  # not one per completion token: kept out rather than misaligned
+    return TurnTokens(prompt, completion, logprobs)
 
 
 @dataclass(frozen=True)
@@ -85,6 +129,8 @@ class ModelTurn:
     seconds: float = 0.0
     finish_reason: str | None = None
     """As the endpoint said: ``stop``, ``tool_calls``, ``length`` (cut off), ``content_filter``…"""
+    tokens: TurnTokens | None = None
+    """With ``token_ids`` asked for: the turn's ids and logprobs, or why there are none."""
 
 
 def _text(content: Any) -> str:
@@ -150,6 +196,9 @@ class ChatModel:
             body["seed"] = self.config.seed
         if tools:
             body["tools"] = to_chat_tools(tools)
+        if self.config.token_ids:
+            body["logprobs"] = True
+            body["return_token_ids"] = True
         async with self._gate:
             started = time.perf_counter()
             try:
@@ -176,9 +225,11 @@ class ChatModel:
             if function is not None:
                 calls.append(RawToolCall(call.id, function.name, function.arguments or ""))
         usage = response.usage
+        choice = response.choices[0]
         return ModelTurn(message.content or "", calls, getattr(usage, "prompt_tokens", 0) or 0,
                          getattr(usage, "completion_tokens", 0) or 0, seconds,
-                         getattr(response.choices[0], "finish_reason", None))
+                         getattr(choice, "finish_reason", None),
+                         turn_tokens(response, choice) if self.config.token_ids else None)
 
     async def close(self) -> None:
         await self._client.close()

@@ -25,13 +25,17 @@ Reply = Mapping[str, Any]
 
 def reply(content: str = "", *tool_calls: tuple[str, Any], status: int = 200, delay_s: float = 0.0,
           finish_reason: str | None = None, raw: str | None = None,
-          content_type: str = "application/json") -> dict[str, Any]:
+          content_type: str = "application/json", token_ids: list[int] | None = None,
+          prompt_token_ids: list[int] | None = None, logprobs: list[float] | None = None) -> dict[str, Any]:
     """A scripted reply: ``content``, tool calls as ``(name, arguments)`` (a mapping is
     sent as JSON, a string as it is), or an HTTP ``status`` other than 200.
     ``finish_reason`` overrides the usual one (``length``: a cut-off answer); ``raw`` is a
-    body sent as it is with status 200 and ``content_type`` (an HTML page, truncated JSON)."""
+    body sent as it is with status 200 and ``content_type`` (an HTML page, truncated JSON).
+    ``token_ids``, ``prompt_token_ids``, ``logprobs``: sent as vLLM sends them when the
+    request asks ``return_token_ids`` (and ``logprobs``)."""
     return {"content": content, "status": status, "delay_s": delay_s, "finish_reason": finish_reason,
-            "raw": raw, "content_type": content_type,
+            "raw": raw, "content_type": content_type, "token_ids": token_ids,
+            "prompt_token_ids": prompt_token_ids, "logprobs": logprobs,
             "tool_calls": [{"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)} for n, a in tool_calls]}
 
 
@@ -78,13 +82,20 @@ class ScriptedServer:
             message["tool_calls"] = calls
         prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4 + 1
         completion = len(answer.get("content") or "") // 4 + 1 + 10 * len(calls)
-        return web.json_response({
+        choice: dict[str, Any] = {"index": 0, "message": message,
+                                  "finish_reason": answer.get("finish_reason") or ("tool_calls" if calls else "stop")}
+        reply_body: dict[str, Any] = {
             "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
-            "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": answer.get("finish_reason") or ("tool_calls" if calls else "stop")}],
+            "model": body.get("model", "scripted"), "choices": [choice],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-        })
+        }
+        if body.get("return_token_ids") and answer.get("token_ids") is not None:
+            reply_body["prompt_token_ids"] = answer.get("prompt_token_ids")
+            choice["token_ids"] = answer["token_ids"]
+        if body.get("logprobs") and answer.get("logprobs") is not None:
+            choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": value, "bytes": None, "top_logprobs": []}
+                                              for i, value in enumerate(answer["logprobs"])]}
+        return web.json_response(reply_body)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)

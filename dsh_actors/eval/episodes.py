@@ -93,6 +93,9 @@ class ModelChoice(_Model):
     base_url: str | None = None
     temperature: float | None = None
     seed: int | None = None
+    token_ids: bool | None = None
+    """Keep each turn's token ids and logprobs (the endpoint must send them: vLLM's
+    ``return_token_ids``); default: the job's ``--token-ids``."""
 
 
 class Limits(_Model):
@@ -101,6 +104,9 @@ class Limits(_Model):
     max_turns: int = pydantic.Field(default=20, ge=1)
     max_tokens: int | None = pydantic.Field(default=None, ge=1)
     max_wall_s: float | None = pydantic.Field(default=None, gt=0)
+    tool_timeout_s: float | None = pydantic.Field(default=None, gt=0)
+    """Each tool call's deadline in this episode (a tool's own ``timeout_ms`` wins);
+    default: the job's ``--tool-timeout``."""
 
 
 class Episode(_Model):

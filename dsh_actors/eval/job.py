@@ -45,6 +45,7 @@ from ..core.jsonvalue import thaw
 from ..core.registry import RUN_CODE, snapshot_definition
 from ..log import replay_cards
 from ..render import render_card
+from ..policies import deadline_policy
 from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
 from ..tools import reference_tools
@@ -80,7 +81,10 @@ class _Job:
 
     def __init__(self, *, tools: Sequence[Any], workspace: str | Path | None, reference: bool,
                  approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, tool_timeout_s: float = 600.0) -> None:
+        if not tool_timeout_s > 0:
+            raise ValueError(f"the tool timeout must be a positive number of seconds; got {tool_timeout_s!r}")
+        self.tool_timeout_s = tool_timeout_s
         check_policy(approvals)
         if shared_out and out is None:
             raise ValueError("shared_out needs an out folder (on storage every node mounts)")
@@ -115,6 +119,10 @@ class _Job:
                 registry = ToolRegistry.connect(f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
                                                 code_runtime=CodeRuntimeConfig() if mode != "native" else None)
                 registries[mode] = registry
+                # Outermost, first: no call of the job waits forever, whatever its tool does.
+                per_agent = {w.episode.agent_id: w.episode.limits.tool_timeout_s for w in works
+                             if w.episode.limits.tool_timeout_s is not None}
+                await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
                 for definition in self.definitions:
                     await registry.register(coded_failures(definition))
                 await registry.approvals(policy=self.approvals)
@@ -183,7 +191,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        shared_out: bool = False, scratch: str | Path | None = None,
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
-                       name: str | None = None) -> AsyncGenerator[EpisodeReport, None]:
+                       name: str | None = None, tool_timeout_s: float = 600.0) -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -198,7 +206,9 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     mounts and the runners write workspaces and logs into it. ``scratch``: the node-local
     folder (the same path on every node) for workspaces otherwise (default: the system's
     temporary folder). ``name`` names the job's registries (``<name>-<mode>``: the
-    registry an approval answer names) and runners; default ``eval-<random>``. Raises
+    registry an approval answer names) and runners; default ``eval-<random>``.
+    ``tool_timeout_s``: every tool call's deadline (an episode's ``limits.tool_timeout_s``
+    or a tool's own ``timeout_ms`` wins): past it the call ends ``TOOL_TIMEOUT``. Raises
     ``ValueError`` before anything runs when an episode is invalid or has a task and no
     model."""
     items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
@@ -212,7 +222,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     if folder is not None:
         (folder / "logs").mkdir(parents=True, exist_ok=True)
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals,
-               out=folder, shared_out=shared_out, scratch=scratch, name=name)
+               out=folder, shared_out=shared_out, scratch=scratch, name=name, tool_timeout_s=tool_timeout_s)
     unknown = {e.id: e.unknown_tools(job.tool_names) for e in items}
     if any(unknown.values()):
         raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"
@@ -249,7 +259,8 @@ def _model_config(episode: Episode, default: ModelConfig | None) -> ModelConfig:
     if choice is not None:
         fields.update({"model": choice.name} if choice.name else {})
         fields.update({"base_url": choice.base_url} if choice.base_url else {})
-        fields.update({k: v for k, v in (("temperature", choice.temperature), ("seed", choice.seed)) if v is not None})
+        fields.update({k: v for k, v in (("temperature", choice.temperature), ("seed", choice.seed),
+                                         ("token_ids", choice.token_ids)) if v is not None})
     if not fields.get("model"):
         raise ValueError("a task needs a model: give the episode a model name, or run with --model "
                          "(and --base-url for anything but OpenAI's API)")
@@ -301,7 +312,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                    workspace: str | Path | None = None, reference_tools: bool = True,
                    model: ModelConfig | None = None, approvals: str = "never",
                    runners_per_node: int | None = None, shared_out: bool = False,
-                   runner_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                   runner_options: dict[str, Any] | None = None, tool_timeout_s: float = 600.0) -> dict[str, Any]:
     """Run the episodes in ``paths`` (:func:`run_episodes` does, ``concurrency`` at once);
     write logs, reports and summaries under ``out_dir``; return the summary. ``out_dir``
     must be new or empty unless ``resume`` (keep the finished episodes of the run there,
@@ -314,7 +325,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     episodes, invalid = load_episodes(paths)
     out = Path(out_dir).resolve()
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals, out=out,
-               shared_out=shared_out, scratch=None)
+               shared_out=shared_out, scratch=None, tool_timeout_s=tool_timeout_s)
     configs = _refuse_up_front(episodes, invalid, job.tool_names, model)
     for error in invalid:
         if progress is not None:

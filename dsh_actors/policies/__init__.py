@@ -2,12 +2,13 @@
 
 from .metrics import MetricsSink, RayMetricsSink, metrics_policy
 from .retry import retry_policy
-from .timeout import TOOL_TIMEOUT, timed_out, timeout_policy
+from .timeout import TOOL_TIMEOUT, deadline_policy, timed_out, timeout_policy
 
 __all__ = [
     "TOOL_TIMEOUT",
     "MetricsSink",
     "RayMetricsSink",
+    "deadline_policy",
     "metrics_policy",
     "retry_policy",
     "timed_out",

@@ -19,14 +19,15 @@ retry wrapper to bound each attempt.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.errors import ToolTimeoutError, error_result
 from ..core.signal import TimeoutReason, deadline_signal
 from ..core.types import ToolExecution, ToolExecutionResult
 
-__all__ = ["TOOL_TIMEOUT", "timed_out", "timeout_policy"]
+__all__ = ["TOOL_TIMEOUT", "deadline_policy", "timed_out", "timeout_policy"]
 
 TOOL_TIMEOUT = "TOOL_TIMEOUT"
 
@@ -37,6 +38,45 @@ def timed_out(reason: Any, code: str | None = TOOL_TIMEOUT) -> TimeoutReason | N
     if isinstance(reason, TimeoutReason) and (code is None or reason.code == code):
         return reason
     return None
+
+
+def deadline_policy(default_s: float, per_agent_s: Mapping[str, float] | None = None,
+                    grace_s: float = 1.0) -> Callable[..., Awaitable[Any]]:
+    """A ``tools/execute`` wrapper giving every call a deadline: the tool's own
+    ``timeout_ms``, else its agent's entry in ``per_agent_s``, else ``default_s``. Unlike
+    :func:`timeout_policy` it does not wait for a tool that ignores its signal: ``grace_s``
+    after the deadline the call ends with ``TOOL_TIMEOUT`` and the rest of the chain is
+    cancelled (an async body stops there; a plain body's thread runs on until it returns,
+    its result discarded). The batch job puts it outermost, so no call can wait forever."""
+    agents = dict(per_agent_s or {})
+
+    async def deadline(execution: ToolExecution, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        definition = execution.definition
+        own = definition.timeout_ms if definition is not None else None
+        budget = own if own is not None else agents.get(execution.agent, default_s) * 1000.0
+        caller = execution.signal
+        signal, dispose = deadline_signal(
+            time.monotonic() + budget / 1000.0, upstream=caller, reason=TimeoutReason(TOOL_TIMEOUT, budget))
+        execution.signal = signal
+        rest = asyncio.ensure_future(call_next())
+        try:
+            done, _ = await asyncio.wait({rest}, timeout=budget / 1000.0 + grace_s)
+            if rest not in done:
+                rest.cancel()
+                return ToolExecutionResult(error_result(ToolTimeoutError(budget)))
+            result = rest.result()
+            if timed_out(signal) is not None:
+                return ToolExecutionResult(error_result(ToolTimeoutError(budget)))
+            return result
+        except BaseException:
+            rest.cancel()
+            raise
+        finally:
+            dispose()
+            execution.signal = caller
+
+    deadline.__name__ = f"deadline_policy({default_s:g} s)"
+    return deadline
 
 
 async def timeout_policy(execution: ToolExecution, call_next: Callable[[], Awaitable[Any]]) -> Any:

@@ -130,3 +130,23 @@ def test_percentiles_interpolate_between_ranks(values, p50, p90):
     from dsh_actors.eval.reports import _percentile
 
     assert (_percentile(values, 50), _percentile(values, 90)) == (p50, p90)
+
+
+def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():
+    async def run(server, token_ids=True):
+        model = ChatModel(ModelConfig(model="m", base_url=server.base_url, max_retries=0, token_ids=token_ids))
+        try:
+            return await model.complete("", [{"role": "user", "content": "hi"}], [])
+        finally:
+            await model.close()
+
+    sent = reply("ok", token_ids=[9, 8, 7], prompt_token_ids=[1, 2, 3, 4], logprobs=[-0.1, -0.2, -0.3])
+    with ScriptedServer([sent, reply("no ids"), sent]) as server:
+        turn = asyncio.run(run(server))
+        bare = asyncio.run(run(server))
+        unasked = asyncio.run(run(server, token_ids=False))
+    assert (turn.tokens.prompt_ids, turn.tokens.completion_ids, turn.tokens.logprobs) == (
+        [1, 2, 3, 4], [9, 8, 7], [-0.1, -0.2, -0.3])
+    assert server.requests[0]["return_token_ids"] is True and server.requests[0]["logprobs"] is True
+    assert bare.tokens.completion_ids is None and "nothing was re-tokenized" in bare.tokens.missing
+    assert unasked.tokens is None and "return_token_ids" not in server.requests[2]

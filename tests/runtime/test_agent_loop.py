@@ -142,3 +142,25 @@ def test_every_way_a_turn_ends_has_its_stop_and_only_a_final_answer_is_scored(ra
     assert model["stops"] == {"length": 1, "content_filter": 1, "malformed_reply": 2, "max_wall": 1, "final": 1}
     shown, _ = show_log(tmp_path / "out" / "logs" / "cut-off.log")
     assert "« assistant: The answer is 4" in shown  # show renders the model's turns
+
+
+def respond_tokens(request):
+    turn = sum(1 for m in request["messages"] if m["role"] == "assistant")
+    if turn == 0:
+        return reply("", ("read_file", {"path": "notes.txt"}), token_ids=[101, 102], prompt_token_ids=[1, 2, 3],
+                     logprobs=[-0.5, -0.25])
+    return reply("done")  # this endpoint sends no ids on the second turn
+
+
+@pytest.mark.timeout(T)
+def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluster, tmp_path):
+    episodes = tmp_path / "tokens.jsonl"
+    episodes.write_text(json.dumps({"id": "ids", "task": "Read notes.txt.", "model": {"token_ids": True}}) + "\n")
+    with ScriptedServer(respond_tokens) as server:
+        config = ModelConfig(model="scripted-7b", base_url=server.base_url, max_retries=0)
+        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config))
+    assert summary["episodes_failed"] == 0, summary["per_episode"]
+    assert all(r.get("return_token_ids") is True for r in server.requests)
+    turns = [e for e in read_records(tmp_path / "out" / "logs" / "ids.log") if e["type"] == "assistant/message"]
+    assert turns[0]["tokens"] == {"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25]}
+    assert "no prompt_token_ids or token_ids" in turns[1]["tokens"]["missing"]  # said, never guessed

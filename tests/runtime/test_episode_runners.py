@@ -311,3 +311,25 @@ def test_episodes_that_share_an_id_or_an_agent_are_refused_before_anything_runs(
         collect(run_episodes([episode(1), episode(1)]))
     with pytest.raises(ValueError, match="agent"):
         collect(run_episodes([{**episode(1), "agent": "same"}, {**episode(2), "agent": "same"}]))
+
+
+def test_a_tool_that_never_returns_ends_its_call_at_the_jobs_deadline(ray_cluster, tmp_path):
+    async def forever(args, ctx):
+        await asyncio.sleep(3600)
+
+    def stuck(args, ctx):  # a plain body ignoring its signal: its thread is left to run out
+        time.sleep(8)
+
+    tools = [define_tool(name="forever", description="never returns", parameters={}, execute=forever),
+             define_tool(name="stuck", description="blocks", parameters={}, execute=stuck)]
+    one = {"calls": [{"name": "forever", "arguments": {}}]}
+    started = time.monotonic()
+    reports = {r.id: r for r in collect(run_episodes(
+        [{"id": "own", "limits": {"tool_timeout_s": 1}, "turns": [one]},
+         {"id": "job", "turns": [one, {"calls": [{"name": "stuck", "arguments": {}}]}]}],
+        tools=tools, reference_tools=False, tool_timeout_s=2))}
+    took = time.monotonic() - started
+    assert reports["own"].errors == {"TOOL_TIMEOUT": 1} and reports["own"].status == "ok"
+    assert reports["job"].errors == {"TOOL_TIMEOUT": 2}
+    assert max(reports["own"].latencies_ms) < 4000 and all(2000 <= ms < 6000 for ms in reports["job"].latencies_ms)
+    assert took < 60
