@@ -26,6 +26,7 @@ from _results import machine_cpu_s, process_cpu_s, table, write_section  # noqa:
 import ray  # noqa: E402
 
 from dsh_actors import define_tool, text_block  # noqa: E402
+from dsh_actors.eval.export import export_run  # noqa: E402
 from dsh_actors.eval.job import run_eval  # noqa: E402
 from dsh_actors.runtime import ensure_ray  # noqa: E402
 
@@ -96,6 +97,16 @@ def main(counts: list[int], concurrency: int) -> None:
                          f"{bare:.0f}", f"{rate / bare:.2f}×", f"{latency['p50']:.0f}", f"{latency['p99']:.0f}",
                          f"{driver_ms:.2f}", f"{machine_ms:.1f}"])
             print(rows[-1], flush=True)
+        exports = []
+        largest = Path(folder) / f"out-{max(counts)}"
+        for fmt in ("jsonl", "parquet"):
+            target = Path(folder) / f"episodes.{fmt}"
+            start = time.perf_counter()
+            written = export_run(largest, target, fmt)
+            seconds = time.perf_counter() - start
+            exports.append([f"{written:,}", fmt, f"{seconds:.1f}", f"{written / seconds:,.0f}",
+                            f"{target.stat().st_size / written:,.0f}"])
+            print(exports[-1], flush=True)
     body = table(["episodes", "calls", "episodes at once", "wall s", "calls/s", "bare async actor calls/s",
                   "vs floor", "p50 ms", "p99 ms", "driver CPU ms / episode", "machine CPU ms / episode"], rows)
     body += ("\n\nWall time is the whole job: registries, episode runners, one shared-hosted scope, workspace copy "
@@ -107,6 +118,11 @@ def main(counts: list[int], concurrency: int) -> None:
              "episode; 10,000 episodes in ≤ 120 s on this 2-core node.")
     write_section("batch_job", "The batch job on episode runners: 10 to 10,000 episodes", body)
     print(body)
+    text = table(["episodes", "format", "seconds", "rows/s", "bytes per episode"], exports) + (
+        "\n\n`dsh-actors export` of the largest run above (one process: each report and session log read, the "
+        "conversation derived, the row written). Parquet keeps the nested fields as JSON text columns.")
+    write_section("export", "Exporting a run: rows per second and bytes per episode", text)
+    print(text)
 
 
 if __name__ == "__main__":

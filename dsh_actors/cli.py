@@ -3,6 +3,7 @@
 * ``demo`` — tools, policies and calls on a local Ray instance of its own.
 * ``eval [EPISODES…]`` — the batch evaluation (default: the shipped example episodes).
 * ``replay LOGS --policies P`` — what a policy set would have denied or allowed differently.
+* ``export RUN [--format jsonl|parquet] [--rl]`` — a run's episodes as rows (:mod:`.eval.export`).
 * ``show LOG`` — a session log's calls as cards.
 * ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
 * ``approvals list|allow ID|reject ID|policy ask|never|always`` — answer a registry's pending
@@ -211,6 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     show = commands.add_parser("show", help="render a session log's calls as cards")
     show.add_argument("log")
     show.add_argument("--workspace", help="workspace root the tools ran in (for card paths)")
+    export = commands.add_parser("export", help="a run's episodes as rows (JSON Lines or Parquet)")
+    export.add_argument("run", help="a run folder (eval --out)")
+    export.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    export.add_argument("--out", help="output file (default: RUN/episodes.jsonl or .parquet)")
+    export.add_argument("--rl", action="store_true", help="jsonl of prompt + messages + reward rows (RL trainers)")
     catalog = commands.add_parser("catalog", help="write the shipped tools' catalog (docs/tool-catalog.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
     approvals = commands.add_parser(
@@ -264,6 +270,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if damage is not None:
             print(f"dsh-actors show: {damage}", file=sys.stderr)
         return 1 if damage is not None and "damaged bytes" in damage else 0
+    if args.command == "export":
+        from .eval.export import ExportError, episode_rows, export_run, to_rl_rows
+
+        target = Path(args.out or Path(args.run) / f"episodes{'-rl' if args.rl else ''}.{args.format}")
+        try:
+            if args.rl:
+                with open(target, "w", encoding="utf-8") as sink:
+                    count = sum(sink.write(json.dumps(r, ensure_ascii=False) + "\n") > 0
+                                for r in to_rl_rows(episode_rows(args.run)))
+            else:
+                count = export_run(args.run, target, args.format)
+        except (OSError, HarnessError) as exc:
+            print(f"dsh-actors export: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        print(f"wrote {count} episode rows to {target}")
+        return 0
     if args.command == "catalog":
         from .catalog import write_catalog
 

@@ -164,3 +164,22 @@ def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluste
     turns = [e for e in read_records(tmp_path / "out" / "logs" / "ids.log") if e["type"] == "assistant/message"]
     assert turns[0]["tokens"] == {"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25]}
     assert "no prompt_token_ids or token_ids" in turns[1]["tokens"]["missing"]  # said, never guessed
+    # The export: the ids in order, a loss mask over the completion tokens; read back with pyarrow.
+    import pyarrow.parquet as pq
+
+    from dsh_actors.eval.export import SCHEMA, episode_rows, export_run, to_rl_rows
+
+    (row,) = list(episode_rows(tmp_path / "out"))
+    assert row["schema"] == SCHEMA and row["stop"] == "final" and row["final"] == "done"
+    assert row["token_turns"] == [{"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25],
+                                   "loss_mask": [1, 1]}]
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
+    (event,) = row["tool_events"]
+    assert (event["name"], event["decision"], event["error_code"]) == ("read_file", "ok", None)
+    assert event["duration_ms"] > 0 and "ship" in event["result"]
+    assert export_run(tmp_path / "out", tmp_path / "e.parquet", "parquet") == 1
+    table = pq.read_table(tmp_path / "e.parquet").to_pylist()
+    assert table[0]["token_turns"][0]["completion_ids"] == [101, 102] and table[0]["id"] == "ids"
+    assert json.loads(table[0]["messages_json"]) == row["messages"]
+    (rl,) = list(to_rl_rows(iter([row])))
+    assert rl["prompt"] == row["messages"][:1] and rl["reward"] is None  # no scorer: unscored

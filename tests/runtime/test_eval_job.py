@@ -73,8 +73,15 @@ def test_the_cli_runs_the_examples_end_to_end(tmp_path):
     again = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "already holds a finished run" in again.stderr and "Traceback" not in again.stderr
+    exported = subprocess.run([sys.executable, "-m", "dsh_actors", "export", str(tmp_path)], capture_output=True,
+                              text=True, timeout=120)
+    assert exported.returncode == 0 and "wrote 8 episode rows" in exported.stdout, exported.stderr
+    rows = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(json.loads((tmp_path / "run.json").read_text())["episodes"])
+    assert sum(len(r["tool_events"]) for r in rows) == 17  # every call of the run, as the summary counted
     for command in (["show", str(tmp_path / "nope.log")], ["replay", str(tmp_path / "logs" / "code-mode.log"),
-                                                           "--policies", "no-such-policy"]):
+                                                           "--policies", "no-such-policy"],
+                    ["export", str(tmp_path / "logs")]):
         failed = subprocess.run([sys.executable, "-m", "dsh_actors", *command], capture_output=True, text=True,
                                 timeout=120)
         assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr

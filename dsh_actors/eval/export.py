@@ -1,0 +1,144 @@
+"""A run's episodes as rows trainers and evaluators read: ``dsh-actors export RUN_DIR``.
+
+One row per finished episode of a run folder (its report and its session log), schema
+:data:`SCHEMA` (a row's ``schema`` field; a change that breaks readers changes its
+version):
+
+- ``id``, ``agent``, ``status`` (``ok`` / ``failed``), ``message``, ``stop`` (how the model's
+  run ended; ``None`` for a scripted episode), ``success`` (the scorer's verdict), ``final``;
+- ``messages``: the conversation in OpenAI Chat Completions format, as the model saw it
+  (user, assistant with ``tool_calls``, tool results), derived from the log;
+- ``tool_events``: each call in log order — ``name``, ``call_id``, ``arguments``,
+  ``result`` (its text), ``is_error``, ``error_code``, ``decision`` (``ok``; ``denied`` for
+  a policy's denial or block; ``error`` for a failure with a code) and ``duration_ms``;
+- ``usage`` (``prompt_tokens``, ``completion_tokens``), ``model_s``, ``tool_s``, ``turns``;
+- ``token_turns``: per model turn whose ids were recorded (``--token-ids``), its
+  ``prompt_ids``, ``completion_ids``, ``logprobs`` and ``loss_mask`` — one per completion
+  token, all 1: the ids of a turn are exactly what the model generated, so prompts and
+  tool results (which are in the next turn's prompt ids) are masked out by construction.
+  A turn whose endpoint sent no ids is absent (the log says why).
+
+``jsonl`` writes the rows as they are. ``parquet`` (``pip install 'dsh-actors[export]'``,
+through ``pyarrow``) keeps the scalar fields and the token lists as columns and the nested
+ones (``messages``, ``tool_events``) as JSON text columns (``messages_json``,
+``tool_events_json``): their shapes vary per row. :func:`to_rl_rows` gives the
+prompt-as-messages plus reward rows RL trainers read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..agent.model import to_chat_messages
+from ..core.errors import HarnessError
+from ..core.jsonvalue import thaw
+from ..log import derive_messages, scan_log
+from .reports import EpisodeReport
+
+__all__ = ["ExportError", "SCHEMA", "episode_rows", "export_run", "to_rl_rows"]
+
+SCHEMA = "dsh-actors/episode@1"
+
+
+class ExportError(HarnessError):
+    """The folder is not a run folder, the format is unknown, or its library is missing."""
+
+    code = "EXPORT"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _tool_events(events: list[dict[str, Any]], report: EpisodeReport) -> list[dict[str, Any]]:
+    results = [e for e in events if e.get("type") == "tool/result"]
+    durations = report.latencies_ms if len(report.latencies_ms) == len(results) else [None] * len(results)
+    rows = []
+    for event, duration in zip(results, durations):
+        code = (event.get("error") or {}).get("code") if isinstance(event.get("error"), dict) else None
+        rows.append({"name": event["name"], "call_id": event["call_id"], "arguments": thaw(event.get("arguments")),
+                     "result": _text(thaw(event["content"])), "is_error": event["is_error"], "error_code": code,
+                     "decision": "ok" if not event["is_error"] else ("error" if code else "denied"),
+                     "duration_ms": duration})
+    return rows
+
+
+def _token_turns(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    turns = []
+    for event in events:
+        tokens = event.get("tokens") if event.get("type") == "assistant/message" else None
+        if isinstance(tokens, dict) and tokens.get("completion_ids") is not None:
+            ids = list(tokens["completion_ids"])
+            turns.append({"prompt_ids": list(tokens.get("prompt_ids") or []), "completion_ids": ids,
+                          "logprobs": list(tokens["logprobs"]) if tokens.get("logprobs") is not None else None,
+                          "loss_mask": [1] * len(ids)})
+    return turns
+
+
+def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """Each finished episode of the run folder ``run_dir`` as one row (see the module)."""
+    run = Path(run_dir)
+    if not (run / "run.json").is_file() or not (run / "reports").is_dir():
+        raise ExportError(f"{run} is not a dsh-actors run folder (no run.json and reports/)")
+    for path in sorted((run / "reports").glob("*.json")):
+        report = EpisodeReport.from_json(json.loads(path.read_text()))
+        log = run / "logs" / f"{report.id}.log"
+        events: list[dict[str, Any]] = []
+        if log.is_file():
+            scan = scan_log(log.read_bytes(), log, recover_after=False)
+            events = [thaw(e) for e in scan.records]
+        yield {
+            "schema": SCHEMA, "id": report.id, "agent": report.agent, "status": report.status,
+            "message": report.message, "stop": report.stop, "success": report.success, "final": report.final,
+            "messages": to_chat_messages("", derive_messages(events)),
+            "tool_events": _tool_events(events, report),
+            "usage": {"prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens},
+            "model_s": report.model_s, "tool_s": report.tool_s, "turns": report.turns,
+            "token_turns": _token_turns(events),
+        }
+
+
+def to_rl_rows(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows as RL trainers read them: ``prompt`` (the messages before the first model
+    turn), ``messages`` (the whole conversation) and ``reward`` (1.0 for a success, 0.0
+    otherwise, ``None`` when unscored)."""
+    for row in rows:
+        first = next((i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"), len(row["messages"]))
+        yield {"id": row["id"], "prompt": row["messages"][:first], "messages": row["messages"],
+               "reward": None if row["success"] is None else float(bool(row["success"]))}
+
+
+def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl") -> int:
+    """Write ``run_dir``'s episode rows to ``out`` as ``jsonl`` or ``parquet``; the row count."""
+    if fmt not in ("jsonl", "parquet"):
+        raise ExportError(f"export format must be jsonl or parquet; got {fmt!r}")
+    rows = list(episode_rows(run_dir))
+    if fmt == "jsonl":
+        with open(out, "w", encoding="utf-8") as sink:
+            for row in rows:
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return len(rows)
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError("parquet export needs pyarrow: pip install 'dsh-actors[export]'") from None
+    flat = [{**{k: v for k, v in row.items() if k not in ("messages", "tool_events", "usage")},
+             "prompt_tokens": row["usage"]["prompt_tokens"], "completion_tokens": row["usage"]["completion_tokens"],
+             "messages_json": json.dumps(row["messages"], ensure_ascii=False),
+             "tool_events_json": json.dumps(row["tool_events"], ensure_ascii=False)} for row in rows]
+    turn = pa.struct([("prompt_ids", pa.list_(pa.int64())), ("completion_ids", pa.list_(pa.int64())),
+                      ("logprobs", pa.list_(pa.float64())), ("loss_mask", pa.list_(pa.int8()))])
+    schema = pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
+                        ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
+                        ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
+                        ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
+                        ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+                        ("messages_json", pa.string()), ("tool_events_json", pa.string())],
+                       metadata={"schema": SCHEMA})
+    pq.write_table(pa.Table.from_pylist(flat, schema=schema), str(out))
+    return len(rows)
