@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cluster import local_cluster  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from dsh_actors import define_tool, text_block  # noqa: E402
 from dsh_actors.eval.job import run_episodes  # noqa: E402
@@ -83,14 +83,8 @@ def run(count: int, prefix: str, folder: Path, kill: bool) -> tuple[list, dict, 
 
 
 def main(count: int) -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "node_ip_address": "127.0.0.1"})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    cluster.wait_for_nodes()
     rows = []
-    try:
+    with local_cluster(3):
         with tempfile.TemporaryDirectory() as folder:
             for prefix, kill in (("even", False), ("killed", True)):
                 reports, ran, wall, killed = run(count, prefix, Path(folder), kill)
@@ -109,9 +103,6 @@ def main(count: int) -> None:
                              str(sum(1 for r in reports if r.attempts == 2)),
                              str(sum(1 for r in reports if r.status != "ok")), f"{wall:.1f}"])
                 print(rows[-1], flush=True)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     body = table(["run", "reports", "episodes per node (first attempt)", "vs even", "episodes whose every call "
                   "ran on their runner's node (run once)", "ran again", "failed", "wall s"], rows)
     body += ("\n\nThree nodes on one machine (`ray.cluster_utils`, loopback), one runner per node, 96 episodes in "

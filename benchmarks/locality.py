@@ -19,10 +19,10 @@ from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cluster import local_cluster  # noqa: E402
 from _results import table, write_section  # noqa: E402
 
 import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from dsh_actors import define_tool, text_block  # noqa: E402
@@ -51,13 +51,7 @@ class Caller:
 
 
 def main() -> str:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                          "node_ip_address": "127.0.0.1"})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    cluster.wait_for_nodes()
-    try:
+    with local_cluster(3):
         registry = ToolRegistry.connect("bench-locality")
         registry.register(where).result(120)
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
@@ -87,9 +81,6 @@ def main() -> str:
         rows.append(["the 300 after (its successor up)", str(len(back)),
                      f"{100 * sum(a == node for a in back) / len(back):.1f} %"])
         registry.shutdown()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     return table(["calls", "made", "ran on the caller's node"], rows) + (
         "\n\nA three-node cluster on one machine (`ray.cluster_utils`, loopback), one executor per node (the "
         "default), a caller actor pinned to each node. Goal ≥ 95 % on the caller's node. Before the caller side "

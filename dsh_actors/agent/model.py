@@ -30,7 +30,7 @@ import pydantic
 
 from ..core.errors import HarnessError
 
-__all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "TurnTokens", "to_chat_messages",
+__all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "TurnTokens", "content_text", "to_chat_messages",
            "turn_tokens"]
 
 
@@ -133,7 +133,8 @@ class ModelTurn:
     """With ``token_ids`` asked for: the turn's ids and logprobs, or why there are none."""
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or its text blocks joined by lines."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
@@ -148,7 +149,7 @@ def to_chat_messages(system: str, messages: Sequence[Mapping[str, Any]]) -> list
     for message in messages:
         role = message["role"]
         if role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": _text(message.get("content")) or None}
+            entry: dict[str, Any] = {"role": "assistant", "content": content_text(message.get("content")) or None}
             if message.get("tool_calls"):
                 entry["tool_calls"] = [{
                     "id": call["call_id"], "type": "function",
@@ -157,9 +158,9 @@ def to_chat_messages(system: str, messages: Sequence[Mapping[str, Any]]) -> list
                 } for call in message["tool_calls"]]
             chat.append(entry)
         elif role == "tool":
-            chat.append({"role": "tool", "tool_call_id": message["call_id"], "content": _text(message["content"])})
+            chat.append({"role": "tool", "tool_call_id": message["call_id"], "content": content_text(message["content"])})
         else:
-            chat.append({"role": "user", "content": _text(message.get("content"))})
+            chat.append({"role": "user", "content": content_text(message.get("content"))})
     return chat
 
 

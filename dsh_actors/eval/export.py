@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..agent.model import to_chat_messages
+from ..agent.model import content_text, to_chat_messages
 from ..core.errors import HarnessError
 from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
@@ -48,12 +48,6 @@ class ExportError(HarnessError):
     code = "EXPORT"
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
-
-
 def _tool_events(events: list[dict[str, Any]], report: EpisodeReport) -> list[dict[str, Any]]:
     results = [e for e in events if e.get("type") == "tool/result"]
     durations = report.latencies_ms if len(report.latencies_ms) == len(results) else [None] * len(results)
@@ -61,7 +55,7 @@ def _tool_events(events: list[dict[str, Any]], report: EpisodeReport) -> list[di
     for event, duration in zip(results, durations):
         code = (event.get("error") or {}).get("code") if isinstance(event.get("error"), dict) else None
         rows.append({"name": event["name"], "call_id": event["call_id"], "arguments": thaw(event.get("arguments")),
-                     "result": _text(thaw(event["content"])), "is_error": event["is_error"], "error_code": code,
+                     "result": content_text(thaw(event["content"])), "is_error": event["is_error"], "error_code": code,
                      "decision": "ok" if not event["is_error"] else ("error" if code else "denied"),
                      "duration_ms": duration})
     return rows

@@ -39,6 +39,7 @@ import ray
 from tqdm import tqdm
 
 from ..agent import ModelConfig
+from ..agent.model import content_text
 from ..codemode.runtime import CodeRuntimeConfig
 from ..core.errors import HarnessError
 from ..core.jsonvalue import thaw
@@ -363,9 +364,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
 
 def _said(content: Any, limit: int = 2000) -> str:
     """What a model turn said, as one card line or a few (long text cut, its size said)."""
-    text = content if isinstance(content, str) else "\n".join(
-        b.get("text", "") for b in content if isinstance(b, Mapping)) if isinstance(content, list) else ""
-    text = text.strip()
+    text = content_text(content).strip()
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
 
 

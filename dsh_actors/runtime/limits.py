@@ -195,7 +195,7 @@ def fleet_limit(limits: Mapping[Any, int], *, name: str = "default") -> Callable
     """A ``tools/execute`` wrapper capping calls in flight per tool or group of tools
     (``{"bash": 4, ("read_file", "write_file"): 8}``) across the whole fleet, held by the
     limiter ``name``. Raises ``ValueError`` for a bad limit."""
-    by_tool, _ = _groups(limits)
+    by_tool, caps = _groups(limits)
 
     async def limited(execution: ToolExecution, call_next: Callable[[], Awaitable[Any]]) -> Any:
         entry = by_tool.get(execution.name)
@@ -230,7 +230,7 @@ def fleet_limit(limits: Mapping[Any, int], *, name: str = "default") -> Callable
             renewing.cancel()
             await _release(limiter, lease)
 
-    limited.__name__ = f"fleet_limit({', '.join(f'{g}={c}' for g, c in _groups(limits)[1].items())})"
+    limited.__name__ = f"fleet_limit({', '.join(f'{g}={c}' for g, c in caps.items())})"
     return limited
 
 
