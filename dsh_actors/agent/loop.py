@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.errors import ToolArgsError
 from ..core.signal import AbortSignal
 from ..log import derive_messages
 from .model import ChatModel, ModelError
@@ -63,12 +64,15 @@ class AgentOutcome:
     tool_errors: Counter[str] = field(default_factory=Counter)
 
 
-def _arguments(raw: str) -> Any:
-    """The model's arguments: the parsed object, or the raw text (the pipeline refuses it)."""
+def _arguments(raw: str) -> tuple[Any, ToolArgsError | None]:
+    """The model's arguments parsed, or its raw text and why it is not JSON (the call is then
+    answered ``INVALID_ARGS`` without running, and the model is told what to fix)."""
     try:
-        return json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError):
-        return raw
+        return (json.loads(raw) if raw.strip() else {}), None
+    except ValueError as exc:
+        return raw, ToolArgsError([f"the arguments are not valid JSON ({exc}); send them as one JSON object"])
+    except RecursionError:
+        return raw, ToolArgsError(["the arguments are nested too deeply to parse; send a flatter JSON object"])
 
 
 def _task_messages(task: str | Sequence[str | Mapping[str, Any]]) -> list[str]:
@@ -125,7 +129,12 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
         outcome.completion_tokens += turn.completion_tokens
         outcome.model_s += turn.seconds
         outcome.model_turns_s.append(turn.seconds)
-        calls = [{"call_id": c.id, "name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls]
+        calls, refused = [], {}
+        for c in turn.tool_calls:
+            arguments, refusal = _arguments(c.arguments)
+            calls.append({"call_id": c.id, "name": c.name, "arguments": arguments})
+            if refusal is not None:
+                refused[c.id] = refusal
         await session.append({"type": "assistant/message", "content": turn.content,
                               **({"tool_calls": calls} if calls else {}),
                               **({"tokens": turn.tokens.to_event()} if turn.tokens is not None else {})})
@@ -146,7 +155,7 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
                 on_result(call, result, seconds)
 
         step_started = time.perf_counter()
-        await agent_step(scope, session, calls, on_result=seen)
+        await agent_step(scope, session, calls, on_result=seen, refused=refused)
         step_s = time.perf_counter() - step_started
         outcome.tool_s += step_s
         outcome.tool_steps_s.append(step_s)

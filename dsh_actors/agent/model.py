@@ -65,7 +65,8 @@ class ModelConfig(pydantic.BaseModel):
     concurrency: int = pydantic.Field(default=64, ge=1)
     """Requests in flight at once across everything that shares this client (one job)."""
     token_ids: bool = False
-    """Ask for each turn's token ids and logprobs (vLLM's ``return_token_ids`` and the
+    """Ask for each turn's token ids and logprobs (vLLM's ``return_token_ids``, SGLang's
+    ``return_token_ids`` / ``return_prompt_token_ids`` / ``return_meta_info``, and the
     standard ``logprobs``) and keep them exactly as sent: nothing is re-tokenized."""
 
 
@@ -100,15 +101,33 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
+def _meta_output(choice: Any) -> tuple[list[int] | None, list[float] | None]:
+    """SGLang's ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` per token)."""
+    meta = getattr(choice, "meta_info", None)
+    entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
+    if not isinstance(entries, list) or not entries or not all(
+            isinstance(e, list) and len(e) >= 2 and isinstance(e[0], (int, float)) for e in entries):
+        return None, None
+    return _int_list([e[1] for e in entries]), [float(e[0]) for e in entries]
+
+
 def turn_tokens(response: Any, choice: Any) -> TurnTokens:
-    """The token ids and logprobs of one reply: vLLM's ``prompt_token_ids`` (on the reply
-    or the choice) and ``token_ids`` (on the choice), and the standard ``logprobs``
-    content. Ids that are not all there come back as ``missing`` with the reason."""
+    """The token ids and logprobs of one reply, where vLLM or SGLang put them: the prompt's
+    ids as ``prompt_token_ids`` on the reply (vLLM) or the choice (SGLang), the
+    completion's as the choice's ``token_ids``, the logprobs from the standard
+    ``logprobs`` content — or, failing those, from SGLang's
+    ``meta_info.output_token_logprobs``. Ids that are not all there come back as
+    ``missing`` with the reason."""
     prompt = _int_list(getattr(response, "prompt_token_ids", None)) or _int_list(
         getattr(choice, "prompt_token_ids", None))
     completion = _int_list(getattr(choice, "token_ids", None))
     content = getattr(getattr(choice, "logprobs", None), "content", None) or []
     logprobs = [float(getattr(entry, "logprob", 0.0)) for entry in content] or None
+    meta_ids, meta_logprobs = _meta_output(choice)
+    if completion is None:
+        completion = meta_ids
+    if logprobs is None and meta_ids is not None and meta_ids == completion:
+        logprobs = meta_logprobs
     if prompt is None or completion is None:
         absent = [name for name, value in (("prompt_token_ids", prompt), ("token_ids", completion)) if value is None]
         return TurnTokens(missing=f"the endpoint sent no {' or '.join(absent)} (it may not support "
@@ -197,9 +216,11 @@ class ChatModel:
             body["seed"] = self.config.seed
         if tools:
             body["tools"] = to_chat_tools(tools)
-        if self.config.token_ids:
+        if self.config.token_ids:  # vLLM reads the first two, SGLang all four; each ignores the rest
             body["logprobs"] = True
             body["return_token_ids"] = True
+            body["return_prompt_token_ids"] = True
+            body["return_meta_info"] = True
         async with self._gate:
             started = time.perf_counter()
             try:

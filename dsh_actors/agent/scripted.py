@@ -40,9 +40,19 @@ def reply(content: str = "", *tool_calls: tuple[str, Any], status: int = 200, de
 
 
 class ScriptedServer:
-    """``with ScriptedServer(script) as server:`` — ``server.base_url`` is the endpoint."""
+    """``with ScriptedServer(script) as server:`` — ``server.base_url`` is the endpoint.
 
-    def __init__(self, script: Sequence[Reply] | Callable[[dict[str, Any]], Reply]) -> None:
+    ``speaks`` is whose token-id fields it answers with: ``"vllm"`` (``return_token_ids``
+    gives ``prompt_token_ids`` on the reply and ``token_ids`` on the choice) or
+    ``"sglang"`` (``return_token_ids`` gives the choice's ``token_ids``,
+    ``return_prompt_token_ids`` its ``prompt_token_ids``, and ``return_meta_info`` its
+    ``meta_info.output_token_logprobs`` as ``[logprob, id, text]`` triples)."""
+
+    def __init__(self, script: Sequence[Reply] | Callable[[dict[str, Any]], Reply], *,
+                 speaks: str = "vllm") -> None:
+        if speaks not in ("vllm", "sglang"):
+            raise ValueError(f"speaks must be 'vllm' or 'sglang', not {speaks!r}")
+        self.speaks = speaks
         self._script = script if callable(script) else list(script)
         self.requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
@@ -89,9 +99,18 @@ class ScriptedServer:
             "model": body.get("model", "scripted"), "choices": [choice],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
-        if body.get("return_token_ids") and answer.get("token_ids") is not None:
+        if self.speaks == "vllm" and body.get("return_token_ids") and answer.get("token_ids") is not None:
             reply_body["prompt_token_ids"] = answer.get("prompt_token_ids")
             choice["token_ids"] = answer["token_ids"]
+        if self.speaks == "sglang" and answer.get("token_ids") is not None:
+            if body.get("return_token_ids"):
+                choice["token_ids"] = answer["token_ids"]
+            if body.get("return_prompt_token_ids"):
+                choice["prompt_token_ids"] = answer.get("prompt_token_ids")
+            if body.get("return_meta_info") and answer.get("logprobs") is not None:
+                choice["meta_info"] = {"output_token_logprobs": [
+                    [lp, token, f"t{i}"] for i, (lp, token) in enumerate(zip(answer["logprobs"], answer["token_ids"]))]}
+            answer = {**answer, "logprobs": None}  # SGLang's are in meta_info here
         if body.get("logprobs") and answer.get("logprobs") is not None:
             choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": value, "bytes": None, "top_logprobs": []}
                                               for i, value in enumerate(answer["logprobs"])]}

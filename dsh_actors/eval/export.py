@@ -17,6 +17,14 @@ version):
   token, all 1: the ids of a turn are exactly what the model generated, so prompts and
   tool results (which are in the next turn's prompt ids) are masked out by construction.
   A turn whose endpoint sent no ids is absent (the log says why).
+- ``episode_tokens``: the whole episode as one sequence, as multi-turn RL trainers take it:
+  ``prompt_ids`` (the first turn's prompt), ``response_ids`` (every later token: each
+  turn's completion, and between turns the tokens the next prompt adds — tool results,
+  the chat template's framing), ``loss_mask`` (1 on the model's tokens, 0 on the others)
+  and ``logprobs`` (``None`` on masked tokens). Built only from recorded ids, never by
+  re-tokenizing: when some turn has no ids, or a turn's prompt does not begin with the
+  previous prompt and completion (the template re-rendered the history, e.g. dropping
+  reasoning), it is ``None`` and ``episode_tokens_missing`` says why.
 
 ``jsonl`` writes the rows as they are. ``parquet`` (``pip install 'dsh-actors[export]'``,
 through ``pyarrow``) keeps the scalar fields and the token lists as columns and the nested
@@ -37,7 +45,7 @@ from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
 from .reports import EpisodeReport
 
-__all__ = ["ExportError", "SCHEMA", "episode_rows", "export_run", "to_rl_rows"]
+__all__ = ["ExportError", "SCHEMA", "episode_rows", "export_run", "stitch_turns", "to_rl_rows"]
 
 SCHEMA = "dsh-actors/episode@1"
 
@@ -73,6 +81,38 @@ def _token_turns(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return turns
 
 
+def stitch_turns(events: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """The episode's turns as one token sequence with its loss mask (see the module), or
+    ``None`` and why not."""
+    turns = [e.get("tokens") for e in events if e.get("type") == "assistant/message"]
+    if not turns:
+        return None, "the episode has no model turns"
+    prompt: list[int] = []
+    response: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float | None] = []
+    for n, tokens in enumerate(turns, 1):
+        if not isinstance(tokens, dict) or tokens.get("completion_ids") is None or tokens.get("prompt_ids") is None:
+            return None, f"turn {n} has no recorded token ids (ask for them with --token-ids)"
+        ids, completion = list(tokens["prompt_ids"]), list(tokens["completion_ids"])
+        turn_logprobs = tokens.get("logprobs")
+        if n == 1:
+            prompt = ids
+        else:
+            so_far = prompt + response
+            if ids[:len(so_far)] != so_far:
+                return None, (f"turn {n}'s prompt does not begin with the previous prompt and completion (the chat "
+                              "template re-rendered the history); use token_turns")
+            added = ids[len(so_far):]
+            response += added
+            mask += [0] * len(added)
+            logprobs += [None] * len(added)
+        response += completion
+        mask += [1] * len(completion)
+        logprobs += list(turn_logprobs) if turn_logprobs is not None else [None] * len(completion)
+    return {"prompt_ids": prompt, "response_ids": response, "loss_mask": mask, "logprobs": logprobs}, None
+
+
 def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
     """Each finished episode of the run folder ``run_dir`` as one row (see the module)."""
     run = Path(run_dir)
@@ -93,6 +133,7 @@ def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
             "usage": {"prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens},
             "model_s": report.model_s, "tool_s": report.tool_s, "turns": report.turns,
             "token_turns": _token_turns(events),
+            **dict(zip(("episode_tokens", "episode_tokens_missing"), stitch_turns(events))),
         }
 
 
@@ -132,6 +173,10 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl") -> int:
                         ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
                         ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
                         ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+                        ("episode_tokens", pa.struct([
+                            ("prompt_ids", pa.list_(pa.int64())), ("response_ids", pa.list_(pa.int64())),
+                            ("loss_mask", pa.list_(pa.int8())), ("logprobs", pa.list_(pa.float64()))])),
+                        ("episode_tokens_missing", pa.string()),
                         ("messages_json", pa.string()), ("tool_events_json", pa.string())],
                        metadata={"schema": SCHEMA})
     pq.write_table(pa.Table.from_pylist(flat, schema=schema), str(out))

@@ -49,6 +49,7 @@ def _groups(calls: Sequence[Mapping[str, Any]], kinds: Sequence[str]) -> list[li
 
 def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[str, Any]], *,
                on_result: Callable[[Mapping[str, Any], ToolExecutionResult, float], None] | None = None,
+               refused: Mapping[str, BaseException] | None = None,
                ) -> Response[list[ToolExecutionResult]]:
     """Run ``calls`` (each ``{call_id, name, arguments}``) for ``scope``'s agent.
 
@@ -56,7 +57,9 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
     at once; an ``exclusive`` call runs alone. Duplicate call ids are refused before
     anything runs. Resolves to the results in call order; a failing session log raises
     (the durable record matters more than the step). ``on_result(call, result, seconds)``
-    is told each call's outcome and duration, in call order.
+    is told each call's outcome and duration, in call order. ``refused`` maps call ids to
+    the error each of those calls ends with without being executed (the agent loop's calls
+    whose arguments were not JSON): they are logged and reported like the others.
     """
     ids = [call.get("call_id") for call in calls]
     duplicates = sorted({i for i in ids if ids.count(i) > 1}, key=str)
@@ -65,6 +68,8 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
 
     async def one(call: Mapping[str, Any]) -> tuple[ToolExecutionResult, float]:
         started = time.perf_counter()
+        if refused and (refusal := refused.get(call.get("call_id"))) is not None:  # type: ignore[arg-type]
+            return ToolExecutionResult({"call_id": call.get("call_id"), **error_result(refusal)}), 0.0
         try:
             result = await scope.execute(dict(call))
         except Exception as exc:  # execute never raises; a programming error still gets its record

@@ -150,3 +150,22 @@ def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():
     assert server.requests[0]["return_token_ids"] is True and server.requests[0]["logprobs"] is True
     assert bare.tokens.completion_ids is None and "nothing was re-tokenized" in bare.tokens.missing
     assert unasked.tokens is None and "return_token_ids" not in server.requests[2]
+
+
+def test_token_ids_are_read_where_sglang_puts_them():
+    async def run(server):
+        model = ChatModel(ModelConfig(model="m", base_url=server.base_url, max_retries=0, token_ids=True))
+        try:
+            return await model.complete("", [{"role": "user", "content": "hi"}], [])
+        finally:
+            await model.close()
+
+    sent = reply("ok", token_ids=[9, 8, 7], prompt_token_ids=[1, 2, 3, 4], logprobs=[-0.1, -0.2, -0.3])
+    with ScriptedServer([sent, reply("no ids")], speaks="sglang") as server:
+        turn = asyncio.run(run(server))
+        bare = asyncio.run(run(server))
+    asked = server.requests[0]
+    assert asked["return_token_ids"] is asked["return_prompt_token_ids"] is asked["return_meta_info"] is True
+    assert (turn.tokens.prompt_ids, turn.tokens.completion_ids, turn.tokens.logprobs) == (
+        [1, 2, 3, 4], [9, 8, 7], [-0.1, -0.2, -0.3])  # the logprobs came from meta_info's triples
+    assert bare.tokens.missing is not None and bare.tokens.completion_ids is None

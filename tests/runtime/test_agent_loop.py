@@ -76,7 +76,11 @@ def test_task_episodes_run_the_agent_loop_score_and_log_every_turn(ray_cluster, 
     ids = [c["id"] for c in next(m for m in answers[1]["messages"] if m["role"] == "assistant")["tool_calls"]]
     tool_messages = [m for m in answers[1]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ids and len(ids) == 3
-    assert "must be an object" in tool_messages[1]["content"] and "unknown tool" in tool_messages[2]["content"]
+    assert ("the arguments are not valid JSON (Expecting value: line 1 column 10 (char 9)); send them as one JSON "
+            "object") in tool_messages[1]["content"] and "unknown tool" in tool_messages[2]["content"]
+    torn = next(c for c in next(m for m in answers[1]["messages"] if m["role"] == "assistant")["tool_calls"]
+                if c["id"] == ids[1])
+    assert torn["function"]["arguments"] == '{"path": '  # sent back to the model exactly as it wrote it
     assert answers[0]["model"] == "scripted-7b" and answers[0]["temperature"] == 0.0
     # The log is the record: show renders it, replay runs it as the episode's agent.
     log = tmp_path / "out" / "logs" / "answers.log"
@@ -173,6 +177,7 @@ def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluste
     assert row["schema"] == SCHEMA and row["stop"] == "final" and row["final"] == "done"
     assert row["token_turns"] == [{"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25],
                                    "loss_mask": [1, 1]}]
+    assert row["episode_tokens"] is None and "turn 2 has no recorded token ids" in row["episode_tokens_missing"]
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
     (event,) = row["tool_events"]
     assert (event["name"], event["decision"], event["error_code"]) == ("read_file", "ok", None)

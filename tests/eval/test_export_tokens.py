@@ -1,0 +1,72 @@
+"""The whole-episode token sequence of the export: stitched from the recorded ids only,
+with the model's tokens unmasked and everything between turns masked, or refused with why."""
+
+import pytest
+
+from dsh_actors.eval.export import stitch_turns
+
+T = 30
+
+
+def turn(prompt, completion, logprobs=None):
+    return {"type": "assistant/message", "content": "", "tokens": {
+        "prompt_ids": prompt, "completion_ids": completion, "logprobs": logprobs}}
+
+
+@pytest.mark.timeout(T)
+def test_turns_whose_prompts_extend_each_other_become_one_masked_sequence():
+    events = [{"type": "user/message", "content": "hi"},
+              turn([1, 2, 3], [10, 11], [-0.1, -0.2]),
+              {"type": "tool/result", "call_id": "c", "name": "bash", "content": [], "is_error": False},
+              turn([1, 2, 3, 10, 11, 50, 51, 52], [12], [-0.3]),
+              turn([1, 2, 3, 10, 11, 50, 51, 52, 12, 60], [13, 14], None)]
+    tokens, missing = stitch_turns(events)
+    assert missing is None
+    assert tokens == {"prompt_ids": [1, 2, 3],
+                      "response_ids": [10, 11, 50, 51, 52, 12, 60, 13, 14],
+                      "loss_mask": [1, 1, 0, 0, 0, 1, 0, 1, 1],
+                      "logprobs": [-0.1, -0.2, None, None, None, -0.3, None, None, None]}
+
+
+@pytest.mark.timeout(T)
+@pytest.mark.parametrize("events, why", [
+    ([], "no model turns"),
+    ([turn([1], [2]), {"type": "assistant/message", "content": "", "tokens": {"missing": "none sent"}}],
+     "turn 2 has no recorded token ids"),
+    ([turn([1], [2]), {"type": "assistant/message", "content": ""}], "turn 2 has no recorded token ids"),
+    ([turn([1, 2], [3]), turn([1, 2, 9, 4], [5])], "turn 2's prompt does not begin with the previous prompt"),
+])
+def test_a_sequence_that_cannot_be_built_from_recorded_ids_is_refused_with_why(events, why):
+    tokens, missing = stitch_turns(events)
+    assert tokens is None and why in missing
+
+
+@pytest.mark.timeout(T)
+def test_the_stitched_sequence_is_in_both_export_formats(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from dsh_actors.eval.export import export_run
+    from dsh_actors.eval.reports import EpisodeReport
+    from dsh_actors.log import FrameFile
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "run.json").write_text("{}")
+    for name, turns in (("whole", [turn([1, 2], [3], [-0.5]), turn([1, 2, 3, 4], [5], [-0.25])]),
+                        ("torn", [turn([1, 2], [3]), turn([9], [5])])):
+        (tmp_path / "reports" / f"{name}.json").write_text(json.dumps(
+            EpisodeReport(id=name, agent="a", model="m", stop="final", turns=2).to_json()))
+        with FrameFile(tmp_path / "logs" / f"{name}.log") as log:
+            for event in [{"type": "user/message", "content": "go"}, *turns]:
+                log.append(event)
+    assert export_run(tmp_path, tmp_path / "e.jsonl") == 2
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "e.jsonl").read_text().splitlines())}
+    assert rows["whole"]["episode_tokens"] == {"prompt_ids": [1, 2], "response_ids": [3, 4, 5],
+                                               "loss_mask": [1, 0, 1], "logprobs": [-0.5, None, -0.25]}
+    assert rows["torn"]["episode_tokens"] is None and "turn 2's prompt" in rows["torn"]["episode_tokens_missing"]
+    assert export_run(tmp_path, tmp_path / "e.parquet", "parquet") == 2
+    table = {r["id"]: r for r in pq.read_table(tmp_path / "e.parquet").to_pylist()}
+    assert table["whole"]["episode_tokens"] == rows["whole"]["episode_tokens"]
+    assert table["torn"]["episode_tokens"] is None and table["torn"]["episode_tokens_missing"]
