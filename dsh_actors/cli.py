@@ -5,7 +5,8 @@
 * ``replay LOGS --policies P`` — what a policy set would have denied or allowed differently.
 * ``export RUN [--format jsonl|parquet] [--rl]`` — a run's episodes as rows (:mod:`.eval.export`).
 * ``show LOG`` — a session log's calls as cards.
-* ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas.
+* ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas and
+  docs/episode-format.md from the episode, report, log and export formats' code.
 * ``approvals list|allow ID|reject ID|policy ask|never|always`` — answer a registry's pending
   asks from any driver; joins the cluster at ``--address`` (or ``RAY_ADDRESS``).
 """
@@ -217,8 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     export.add_argument("--out", help="output file (default: RUN/episodes.jsonl or .parquet)")
     export.add_argument("--rl", action="store_true", help="jsonl of prompt + messages + reward rows (RL trainers)")
-    catalog = commands.add_parser("catalog", help="write the shipped tools' catalog (docs/tool-catalog.md)")
+    catalog = commands.add_parser("catalog", help="write the generated docs: the shipped tools' catalog "
+                                  "(docs/tool-catalog.md) and the episode format (docs/episode-format.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
+    catalog.add_argument("--format-out", default="docs/episode-format.md")
     approvals = commands.add_parser(
         "approvals", help="list and answer pending approval requests",
         description="List and answer the pending asks of a registry's approval queue, from any shell.",
@@ -288,8 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "catalog":
         from .catalog import write_catalog
+        from .eval.reference import write_episode_reference
 
-        print(f"wrote {write_catalog(args.out)}")
+        print(f"wrote {write_catalog(args.out)} and {write_episode_reference(args.format_out)}")
         return 0
     if args.action != "list" and not args.target:
         parser.error(f"approvals {args.action} needs a target")

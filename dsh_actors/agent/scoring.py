@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from ..core.errors import HarnessError
 
-__all__ = ["ScorerError", "check_scorer", "score"]
+__all__ = ["SCORERS", "ScorerError", "check_scorer", "score"]
 
 
 class ScorerError(HarnessError):
@@ -62,9 +62,30 @@ def _callable(spec: str) -> Callable[[str], Any]:
     return function  # type: ignore[no-any-return]
 
 
+SCORERS: dict[str, tuple[str, dict[str, str]]] = {
+    "exact": ("the answer, stripped, equals `expected`, stripped",
+              {"expected": "the right answer (a string)"}),
+    "regex": ("the pattern matches somewhere in the answer (`re.search`)",
+              {"pattern": "a Python regular expression"}),
+    "json_path": ("the answer is JSON and the value at `path` equals `expected`",
+                  {"path": "`$`, then `.key`, `[index]` or `[\"key\"]` steps", "expected": "any JSON value"}),
+    "python": ("`function(answer)` returns a truthy verdict",
+               {"callable": "`\"package.module:function\"`, importable where the episode runs"}),
+}
+"""Each scorer kind: what it checks, and its fields (all required, no others allowed)."""
+
+
 def check_scorer(spec: Mapping[str, Any]) -> None:
     """Raise :class:`ScorerError` unless ``spec`` is a usable scorer."""
     kind = spec.get("kind")
+    if kind in SCORERS:
+        fields = SCORERS[kind][1]
+        extra = sorted(str(k) for k in spec if k != "kind" and k not in fields)
+        if extra:
+            raise ScorerError(f"a {kind} scorer has no field(s) {extra}; its fields: {', '.join(fields)}")
+        missing = [f for f in fields if f not in spec]
+        if missing:
+            raise ScorerError(f"a {kind} scorer needs {', '.join(repr(f) for f in missing)}")
     if kind == "exact":
         if not isinstance(spec.get("expected"), str):
             raise ScorerError('an exact scorer needs "expected" (a string)')

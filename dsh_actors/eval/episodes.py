@@ -42,15 +42,25 @@ class _Model(pydantic.BaseModel):
 
 
 class Call(_Model):
+    """One native tool call of a scripted turn."""
+
     name: str
+    """The tool's name, as the agent sees it (a shadow's name included)."""
     arguments: dict[str, Any] = {}
+    """The call's arguments (a JSON object), checked against the tool's schema when it runs."""
     call_id: str | None = None
+    """The call's id in the log; default ``<episode>:<turn>:<index>``."""
 
 
 class Turn(_Model):
+    """One scripted model turn: native calls, or one ``run_code`` program (not both)."""
+
     user: str | None = None
+    """A user message logged before the turn's calls."""
     calls: list[Call] = []
+    """Native calls, run as one agent step (parallel where the tools allow)."""
     code: str | None = None
+    """A Code Mode program, run as one ``run_code`` call (the episode's mode must allow it)."""
 
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> "Turn":
@@ -62,8 +72,12 @@ class Turn(_Model):
 
 
 class Guard(_Model):
+    """A guard of this agent's scope: calls to ``tools`` are refused with ``reason``."""
+
     tools: list[str]
+    """The tool names it refuses (known tools or the episode's shadows)."""
     reason: str
+    """What the agent is told when a call is refused."""
 
 
 class Shadow(_Model):
@@ -71,15 +85,24 @@ class Shadow(_Model):
     (an error result when ``is_error``) instead of running."""
 
     name: str = pydantic.Field(min_length=1)
+    """The tool it shadows for this agent (or a new tool only this agent has)."""
     result: str
+    """The text every call answers with."""
     is_error: bool = False
+    """Answer as a failed call (``TOOL_FAILED``) instead."""
     description: str | None = None
+    """What the agent's prompt says of the tool; default ``<name> (canned for this agent)``."""
 
 
 class Scope(_Model):
+    """What is this agent's alone: which tools it sees, what it may not call, its canned tools."""
+
     restrict: dict[Literal["allow", "deny"], list[str]] | None = None
+    """``allow`` keeps only the tools named, ``deny`` hides them (``tools.restrict()``)."""
     guards: list[Guard] = []
+    """Refusals by tool name, checked before a call runs."""
     shadows: list[Shadow] = []
+    """Per-agent variants of tools, answering with a canned result."""
 
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -90,39 +113,58 @@ class ModelChoice(_Model):
     ``--base-url``)."""
 
     name: str | None = None
+    """The model's name; default the job's ``--model``."""
     base_url: str | None = None
+    """The Chat Completions endpoint (``http://host:8000/v1``); default the job's ``--base-url``."""
     temperature: float | None = None
+    """Sampling temperature sent with each request; default the endpoint's."""
     seed: int | None = None
+    """Sampling seed sent with each request."""
     token_ids: bool | None = None
-    """Keep each turn's token ids and logprobs (the endpoint must send them: vLLM's
-    ``return_token_ids``); default: the job's ``--token-ids``."""
+    """Keep each turn's token ids and logprobs (the endpoint must send them, as vLLM and
+    SGLang do when asked); default: the job's ``--token-ids``."""
 
 
 class Limits(_Model):
     """An episode's budgets: model turns, tokens, wall seconds."""
 
     max_turns: int = pydantic.Field(default=20, ge=1)
+    """Model turns before the run stops (``max_turns``)."""
     max_tokens: int | None = pydantic.Field(default=None, ge=1)
+    """Prompt plus completion tokens before the run stops (``max_tokens``)."""
     max_wall_s: float | None = pydantic.Field(default=None, gt=0)
+    """Seconds before the run stops (``max_wall``), enforced while a reply is pending."""
     tool_timeout_s: float | None = pydantic.Field(default=None, gt=0)
     """Each tool call's deadline in this episode (a tool's own ``timeout_ms`` wins);
     default: the job's ``--tool-timeout``."""
 
 
 class Episode(_Model):
+    """One line of an episode file: one agent, its scope and policies, and either scripted
+    turns or a task for a model."""
+
     id: str = pydantic.Field(pattern=_NAME)
     """A name (letters, digits, ``.``, ``_``, ``-``), never a path: it names the episode's files."""
     agent: str | None = pydantic.Field(default=None, pattern=_NAME)
+    """The agent's id (a name like ``id``); default the episode's id. Unique in a job."""
     mode: Literal["native", "code", "both"] = "native"
+    """Which tools the agent sees: native ones, only ``run_code`` (Code Mode), or both."""
     policies: list[str] = []
+    """Named policies loaded for this agent, in order (see Policies)."""
     scope: Scope = pydantic.Field(default_factory=Scope)  # a factory: a default instance is deep-copied per line
+    """The agent's restrictions, guards and shadows."""
     turns: list[Turn] = []
     """Scripted turns; or, with a model in the loop, ``task`` (and ``model``, ``scorer``)."""
     task: str | list[str] | None = None
+    """The user's message(s) to a model in the loop (instead of ``turns``)."""
     system: str | None = None
+    """The task section of the system prompt; default the job's (a short agent brief)."""
     model: ModelChoice | None = None
+    """This episode's model settings (with ``task`` only)."""
     scorer: dict[str, Any] | None = None
+    """How the final answer is judged (with ``task`` only; see Scorers)."""
     limits: Limits = pydantic.Field(default_factory=Limits)
+    """The run's budgets and its tool calls' deadline."""
 
     @pydantic.model_validator(mode="after")
     def _scripted_or_model(self) -> "Episode":

@@ -2,29 +2,11 @@
 
 One row per finished episode of a run folder (its report and its session log), schema
 :data:`SCHEMA` (a row's ``schema`` field; a change that breaks readers changes its
-version):
-
-- ``id``, ``agent``, ``status`` (``ok`` / ``failed``), ``message``, ``stop`` (how the model's
-  run ended; ``None`` for a scripted episode), ``success`` (the scorer's verdict), ``final``;
-- ``messages``: the conversation in OpenAI Chat Completions format, as the model saw it
-  (user, assistant with ``tool_calls``, tool results), derived from the log;
-- ``tool_events``: each call in log order — ``name``, ``call_id``, ``arguments``,
-  ``result`` (its text), ``is_error``, ``error_code``, ``decision`` (``ok``; ``denied`` for
-  a policy's denial or block; ``error`` for a failure with a code) and ``duration_ms``;
-- ``usage`` (``prompt_tokens``, ``completion_tokens``), ``model_s``, ``tool_s``, ``turns``;
-- ``token_turns``: per model turn whose ids were recorded (``--token-ids``), its
-  ``prompt_ids``, ``completion_ids``, ``logprobs`` and ``loss_mask`` — one per completion
-  token, all 1: the ids of a turn are exactly what the model generated, so prompts and
-  tool results (which are in the next turn's prompt ids) are masked out by construction.
-  A turn whose endpoint sent no ids is absent (the log says why).
-- ``episode_tokens``: the whole episode as one sequence, as multi-turn RL trainers take it:
-  ``prompt_ids`` (the first turn's prompt), ``response_ids`` (every later token: each
-  turn's completion, and between turns the tokens the next prompt adds — tool results,
-  the chat template's framing), ``loss_mask`` (1 on the model's tokens, 0 on the others)
-  and ``logprobs`` (``None`` on masked tokens). Built only from recorded ids, never by
-  re-tokenizing: when some turn has no ids, or a turn's prompt does not begin with the
-  previous prompt and completion (the template re-rendered the history, e.g. dropping
-  reasoning), it is ``None`` and ``episode_tokens_missing`` says why.
+version); :data:`ROW_FIELDS` says what each field holds (``docs/episode-format.md`` lists
+them, generated from it). Token fields are built from the ids the endpoint sent, never by
+re-tokenizing: a turn's ids are exactly what the model generated, so a turn's loss mask
+is all 1 and prompts and tool results (which are in the next turn's prompt ids) are
+masked out by construction.
 
 ``jsonl`` writes the rows as they are. ``parquet`` (``pip install 'dsh-actors[export]'``,
 through ``pyarrow``) keeps the scalar fields and the token lists as columns and the nested
@@ -45,9 +27,40 @@ from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
 from .reports import EpisodeReport
 
-__all__ = ["ExportError", "SCHEMA", "episode_rows", "export_run", "stitch_turns", "to_rl_rows"]
+__all__ = ["ExportError", "ROW_FIELDS", "SCHEMA", "episode_rows", "export_run", "stitch_turns", "to_rl_rows"]
 
 SCHEMA = "dsh-actors/episode@1"
+
+ROW_FIELDS: dict[str, str] = {
+    "schema": f"`{SCHEMA}`",
+    "id": "the episode's id",
+    "agent": "the agent that ran it",
+    "status": "`ok` or `failed`",
+    "message": "why it failed (empty when it did not)",
+    "stop": "how the model's run ended (the report's `stop`); `null` for a scripted episode",
+    "success": "the scorer's verdict; `null` when unscored",
+    "final": "the model's last answer",
+    "messages": "the conversation in OpenAI Chat Completions format, as the model saw it (user, assistant "
+                "with `tool_calls`, tool results), derived from the log",
+    "tool_events": "each call in log order: `name`, `call_id`, `arguments`, `result` (its text), `is_error`, "
+                   "`error_code`, `decision` (`ok`; `denied` for a policy's denial or block; `error` for a "
+                   "failure with a code) and `duration_ms`",
+    "usage": "`prompt_tokens` and `completion_tokens`, as the endpoint counted them",
+    "model_s": "seconds spent waiting for the model",
+    "tool_s": "seconds spent in tool steps",
+    "turns": "model turns",
+    "token_turns": "per model turn whose ids were recorded (`--token-ids`): `prompt_ids`, `completion_ids`, "
+                   "`logprobs` and `loss_mask` (one per completion token, all 1); a turn whose endpoint sent "
+                   "no ids is absent (the log says why)",
+    "episode_tokens": "the whole episode as one sequence, as multi-turn RL trainers take it: `prompt_ids` (the "
+                      "first turn's prompt), `response_ids` (every later token: each turn's completion, and "
+                      "between turns what the next prompt adds: tool results, the chat template's framing), "
+                      "`loss_mask` (1 on the model's tokens, 0 on the others) and `logprobs` (`null` on masked "
+                      "tokens); `null` when some turn has no ids or a turn's prompt does not begin with the "
+                      "previous prompt and completion (the template re-rendered the history)",
+    "episode_tokens_missing": "why `episode_tokens` is `null` (else `null`)",
+}
+"""Every field of an export row and what it holds."""
 
 
 class ExportError(HarnessError):

@@ -1,16 +1,5 @@
-"""Named policies an episode can load (``"policies": [...]``).
-
-* ``deny-destructive`` — a pre-execute gate: destructive ``bash`` commands are denied
-  (recursive deletes, raw device writes, formatting, shutdowns: :mod:`.destructive`).
-* ``redact-secrets`` — post-execute: results mentioning a password or a private key are blocked.
-* ``ask-writes`` — pre-execute: ``write_file`` / ``edit_file`` ask for approval (without a
-  queue mounted that degrades to deny).
-* ``timeout`` — the reference timeout wrapper (``timeout_ms`` budgets).
-* ``retry`` — the reference retry wrapper (idempotent tools).
-* ``fleet-limit:TOOLS=N,…`` — at most N calls of those tools in flight at once across the
-  whole fleet (``bash=4``; ``read_file+write_file=8`` for a shared cap):
-  :func:`dsh_actors.runtime.limits.fleet_limit`.
-"""
+"""Named policies an episode can load (``"policies": [...]``): :data:`POLICY_HELP` says
+what each does (``docs/episode-format.md`` lists them, generated from it)."""
 
 from __future__ import annotations
 
@@ -22,7 +11,7 @@ from ..core.registry import Event
 from ..policies import retry_policy, timeout_policy
 from .destructive import destructive
 
-__all__ = ["FLEET_LIMIT", "NAMED_POLICIES", "check_policy_names", "policy_listeners"]
+__all__ = ["FLEET_LIMIT", "NAMED_POLICIES", "POLICY_HELP", "check_policy_names", "policy_listeners"]
 
 _SECRET = re.compile(r"password|BEGIN [A-Z ]*PRIVATE KEY", re.IGNORECASE)
 
@@ -57,6 +46,18 @@ NAMED_POLICIES: dict[str, tuple[Event, Any]] = {
 
 
 FLEET_LIMIT = "fleet-limit:"
+
+POLICY_HELP: dict[str, str] = {
+    "deny-destructive": "a pre-execute gate: destructive `bash` commands are denied (recursive deletes, raw "
+                        "device writes, formatting, shutdowns)",
+    "redact-secrets": "post-execute: a result mentioning a password or a private key is blocked",
+    "ask-writes": "pre-execute: `write_file` and `edit_file` ask for approval (answered by `--approvals`)",
+    "timeout": "the reference timeout wrapper (a tool's `timeout_ms`)",
+    "retry": "the reference retry wrapper: up to 3 attempts for tools marked idempotent",
+    f"{FLEET_LIMIT}TOOLS=N,…": "at most N calls of those tools in flight at once across the whole fleet (`bash=4`; "
+                               "`read_file+write_file=8` for a shared cap)",
+}
+"""Every named policy (and the fleet-limit form) and what it does."""
 
 
 def check_policy_names(names: list[str]) -> None:

@@ -18,36 +18,60 @@ class EpisodeReport:
     """What one episode did: its calls by outcome, its model turns, where it ran."""
 
     id: str
+    """The episode's id."""
     agent: str
+    """The agent that ran it."""
     status: str = "ok"
+    """``ok``, or ``failed`` (``message`` says why)."""
     message: str = ""
+    """Why it failed (empty when it did not)."""
     calls: int = 0
+    """Tool calls made (``run_code`` counts once; its sub-calls are ``sub_calls``)."""
     ok: int = 0
+    """Calls that succeeded."""
     denied: int = 0
+    """Calls a policy denied or blocked."""
     asks: int = 0
+    """Approvals asked for."""
     errors: Counter[str] = field(default_factory=Counter)
+    """Failed calls by error code (``TOOL_FAILED``, ``INVALID_ARGS``, ``TOOL_TIMEOUT``…)."""
     sub_calls: int = 0
+    """Tool calls made from ``run_code`` programs."""
     sub_call_errors: int = 0
+    """Of those, the ones that failed."""
     latencies_ms: list[float] = field(default_factory=list)
+    """Each call's duration, in call order."""
     # with a model in the loop
     model: str | None = None
-    """The model's name, for an episode with a task (``None``: scripted)."""
+    """The model's name, for an episode with a task (``null``: scripted)."""
     stop: str | None = None
+    """How the model's run ended: ``final``, ``length``, ``content_filter``, ``max_turns``,
+    ``max_tokens``, ``max_wall``, ``aborted``, ``model_error``, ``malformed_reply``."""
     turns: int = 0
+    """Model turns taken."""
     prompt_tokens: int = 0
+    """Prompt tokens, as the endpoint counted them, over every turn."""
     completion_tokens: int = 0
+    """Completion tokens, as the endpoint counted them, over every turn."""
     model_s: float = 0.0
+    """Seconds spent waiting for the model."""
     tool_s: float = 0.0
+    """Seconds spent in the agent's tool steps."""
     model_turn_ms: list[float] = field(default_factory=list)
+    """Each model turn's duration."""
     tool_step_ms: list[float] = field(default_factory=list)
+    """Each tool step's duration (its calls, parallel where they may be)."""
     final: str | None = None
+    """The model's last answer (a cut-off or withheld one included, never scored)."""
     success: bool | None = None
+    """The scorer's verdict; ``null`` without a scorer; ``false`` for any stop but ``final``."""
     # where it ran
     node: str | None = None
     """The node whose runner ran it (its workspace, log and calls were there)."""
     workspace: str | None = None
     """Its workspace's path on that node."""
     attempts: int = 1
+    """1, or 2 when its first runner died and it ran again."""
     reran: str | None = None
     """Why it ran a second time (its first runner died), when it did."""
 

@@ -1,6 +1,7 @@
 """The session log: durable, append-only, msgpack-framed events (no Ray here)."""
 
 from .events import (
+    EVENT_DOCS,
     EVENT_TYPES,
     InvalidEventError,
     check_event,
@@ -12,6 +13,7 @@ from .events import (
 from .frames import HEADER, FrameFile, FsyncPolicy, LogCorruptError, LogScan, read_records, scan_log
 
 __all__ = [
+    "EVENT_DOCS",
     "EVENT_TYPES",
     "HEADER",
     "FrameFile",

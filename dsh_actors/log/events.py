@@ -1,16 +1,8 @@
 """Session events: their shapes, the model-facing history, and replayed cards.
 
-Durable events (each a JSON object with a ``type``):
-
-* ``tool/result`` — ``call_id``, ``name``, ``arguments``, ``content``, ``is_error`` and,
-  when present, ``error`` / ``meta`` / ``additional_context``;
-* ``tool/code-dispatch`` — ``parent_call_id``, ``sub_call_id``, ``name``, ``arguments``,
-  ``is_error``, ``result_summary`` (log only: never part of the history);
-* ``context/message`` — ``contexts``: the step's additional context, after its results;
-* ``approval/asked`` — ``id``, ``tool_name``, ``call_id``?, ``reason``?;
-* ``approval/decided`` — ``id``, ``outcome``; ``approval/policy`` — ``policy``;
-* ``user/message``, ``assistant/message`` (``content``, ``tool_calls``?), ``turn/start``,
-  ``turn/end``.
+Durable events are JSON objects with a ``type``: :data:`EVENT_TYPES` gives each type's
+required fields, :data:`EVENT_DOCS` what it records (``docs/episode-format.md`` lists
+them, generated from both).
 
 :func:`derive_messages` rebuilds what the model sees; :func:`replay_cards` re-renders
 each call's cards from the log with the tools' presenters — deterministically, because
@@ -26,6 +18,7 @@ from ..core.jsonvalue import NotLosslessJSONError, detach
 from ..core.types import ToolDefinition, ToolExecutionResult
 
 __all__ = [
+    "EVENT_DOCS",
     "EVENT_TYPES",
     "InvalidEventError",
     "check_event",
@@ -47,6 +40,24 @@ EVENT_TYPES: dict[str, tuple[str, ...]] = {
     "turn/start": (),
     "turn/end": (),
 }
+
+
+EVENT_DOCS: dict[str, str] = {
+    "tool/result": "one per call: its `arguments` as logged, `content`, `is_error`, and when present `error` "
+                   "(`code`, `message`), `meta`, `additional_context`",
+    "tool/code-dispatch": "a `run_code` sub-call (log only, never part of the model's history)",
+    "context/message": "the step's additional context, after its results",
+    "approval/asked": "an ask: its `id`, `tool_name`, and `call_id` and `reason` when known",
+    "approval/decided": "its answer: `outcome` (`allowed-once`, `rejected`, `cancelled`)",
+    "approval/policy": "an approval policy that answered",
+    "user/message": "a user's message (`content`)",
+    "assistant/message": "a model turn: `content`, `tool_calls` (`call_id`, `name`, `arguments` as the model wrote "
+                         "them), and with `--token-ids` its `tokens` (`prompt_ids`, `completion_ids`, `logprobs`; or "
+                         "`missing` with why)",
+    "turn/start": "an episode's turn begins",
+    "turn/end": "an episode's turn ends",
+}
+"""What each event type records (its required fields are :data:`EVENT_TYPES`)."""
 
 
 class InvalidEventError(HarnessError, ValueError):

@@ -93,6 +93,8 @@ def test_scorers(spec, answer, verdict):
     ({"kind": "json_path", "path": "a.b", "expected": 1}, "starts with"),
     ({"kind": "python", "callable": "no_such_module_xyz:f"}, "cannot import"),
     ({"kind": "exact"}, "needs"),
+    ({"kind": "regex"}, "a regex scorer needs 'pattern'"),  # not an empty pattern that matches anything
+    ({"kind": "exact", "expected": "42", "expect": "41"}, r"no field\(s\) \['expect'\]; its fields: expected"),
 ])
 def test_a_malformed_scorer_is_refused_with_what_is_wrong(spec, message):
     with pytest.raises(ScorerError, match=message):

@@ -47,7 +47,7 @@ def test_the_stitched_sequence_is_in_both_export_formats(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from dsh_actors.eval.export import export_run
+    from dsh_actors.eval.export import ROW_FIELDS, export_run
     from dsh_actors.eval.reports import EpisodeReport
     from dsh_actors.log import FrameFile
 
@@ -63,10 +63,14 @@ def test_the_stitched_sequence_is_in_both_export_formats(tmp_path):
                 log.append(event)
     assert export_run(tmp_path, tmp_path / "e.jsonl") == 2
     rows = {r["id"]: r for r in map(json.loads, (tmp_path / "e.jsonl").read_text().splitlines())}
+    assert all(list(row) == list(ROW_FIELDS) for row in rows.values())  # every field documented, in order
     assert rows["whole"]["episode_tokens"] == {"prompt_ids": [1, 2], "response_ids": [3, 4, 5],
                                                "loss_mask": [1, 0, 1], "logprobs": [-0.5, None, -0.25]}
     assert rows["torn"]["episode_tokens"] is None and "turn 2's prompt" in rows["torn"]["episode_tokens_missing"]
     assert export_run(tmp_path, tmp_path / "e.parquet", "parquet") == 2
+    flat = set(ROW_FIELDS) - {"messages", "tool_events", "usage"} | {
+        "messages_json", "tool_events_json", "prompt_tokens", "completion_tokens"}
+    assert set(pq.read_schema(tmp_path / "e.parquet").names) == flat  # as the reference says
     table = {r["id"]: r for r in pq.read_table(tmp_path / "e.parquet").to_pylist()}
     assert table["whole"]["episode_tokens"] == rows["whole"]["episode_tokens"]
     assert table["torn"]["episode_tokens"] is None and table["torn"]["episode_tokens_missing"]
