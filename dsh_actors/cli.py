@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dsh-actors show: {damage}", file=sys.stderr)
         return 1 if damage is not None else 0  # a torn tail is damage too: the last append is lost
     if args.command == "export":
-        from .eval.export import ExportError, episode_rows, export_run, to_rl_rows
+        from .eval.export import episode_rows, export_run, to_rl_rows
 
         target = Path(args.out or Path(args.run) / f"episodes{'-rl' if args.rl else ''}.{args.format}")
         try:

@@ -105,6 +105,8 @@ def stitch_turns(events: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, s
     mask: list[int] = []
     logprobs: list[float | None] = []
     for n, tokens in enumerate(turns, 1):
+        if isinstance(tokens, dict) and tokens.get("missing"):
+            return None, f"turn {n} has no token ids: {tokens['missing']}"
         if not isinstance(tokens, dict) or tokens.get("completion_ids") is None or tokens.get("prompt_ids") is None:
             return None, f"turn {n} has no recorded token ids (ask for them with --token-ids)"
         ids, completion = list(tokens["prompt_ids"]), list(tokens["completion_ids"])

@@ -10,7 +10,6 @@ uid after the cancelled runs have returned.
 """
 
 import asyncio
-from pathlib import Path
 
 import pytest
 

@@ -21,7 +21,6 @@ import asyncio
 import os
 import site
 import sys
-from pathlib import Path
 
 import pytest
 

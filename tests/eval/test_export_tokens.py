@@ -32,7 +32,7 @@ def test_turns_whose_prompts_extend_each_other_become_one_masked_sequence():
 @pytest.mark.parametrize("events, why", [
     ([], "no model turns"),
     ([turn([1], [2]), {"type": "assistant/message", "content": "", "tokens": {"missing": "none sent"}}],
-     "turn 2 has no recorded token ids"),
+     "turn 2 has no token ids: none sent"),  # the log's own reason
     ([turn([1], [2]), {"type": "assistant/message", "content": ""}], "turn 2 has no recorded token ids"),
     ([turn([1, 2], [3]), turn([1, 2, 9, 4], [5])], "turn 2's prompt does not begin with the previous prompt"),
 ])

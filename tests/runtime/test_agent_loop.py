@@ -177,7 +177,7 @@ def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluste
     assert row["schema"] == SCHEMA and row["stop"] == "final" and row["final"] == "done"
     assert row["token_turns"] == [{"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25],
                                    "loss_mask": [1, 1]}]
-    assert row["episode_tokens"] is None and "turn 2 has no recorded token ids" in row["episode_tokens_missing"]
+    assert row["episode_tokens"] is None and "turn 2 has no token ids: the endpoint sent no" in row["episode_tokens_missing"]
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
     (event,) = row["tool_events"]
     assert (event["name"], event["decision"], event["error_code"]) == ("read_file", "ok", None)

@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-import ray
 
 from dsh_actors import define_tool, text_block
 from dsh_actors.codemode.contract import CodeRuntimeConfig
