@@ -3,7 +3,8 @@
 * ``demo`` — tools, policies and calls on a local Ray instance of its own.
 * ``eval [EPISODES…]`` — the batch evaluation (default: the shipped example episodes).
 * ``replay LOGS --policies P`` — what a policy set would have denied or allowed differently.
-* ``export RUN [--format jsonl|parquet] [--rl]`` — a run's episodes as rows (:mod:`.eval.export`).
+* ``export RUN [--format jsonl|parquet] [--rl | --messages]`` — a run's episodes as rows
+  (:mod:`.eval.export`).
 * ``show LOG`` — a session log's calls as cards.
 * ``catalog`` — write docs/tool-catalog.md from the shipped tools' schemas and
   docs/episode-format.md from the episode, report, log and export formats' code.
@@ -217,7 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("run", help="a run folder (eval --out)")
     export.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     export.add_argument("--out", help="output file (default: RUN/episodes.jsonl or .parquet)")
-    export.add_argument("--rl", action="store_true", help="jsonl of prompt + messages + reward rows (RL trainers)")
+    shapes = export.add_mutually_exclusive_group()
+    shapes.add_argument("--rl", dest="shape", action="store_const", const="rl",
+                        help="prompt + messages + reward rows (RL trainers)")
+    shapes.add_argument("--messages", dest="shape", action="store_const", const="messages",
+                        help="one conversation per row: messages and tools (chat fine-tuning)")
     catalog = commands.add_parser("catalog", help="write the generated docs: the shipped tools' catalog "
                                   "(docs/tool-catalog.md) and the episode format (docs/episode-format.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
@@ -274,16 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dsh-actors show: {damage}", file=sys.stderr)
         return 1 if damage is not None else 0  # a torn tail is damage too: the last append is lost
     if args.command == "export":
-        from .eval.export import episode_rows, export_run, to_rl_rows
+        from .eval.export import export_run
 
-        target = Path(args.out or Path(args.run) / f"episodes{'-rl' if args.rl else ''}.{args.format}")
+        shape = args.shape or "episodes"
+        suffix = "" if shape == "episodes" else f"-{shape}"
+        target = Path(args.out or Path(args.run) / f"episodes{suffix}.{args.format}")
         try:
-            if args.rl:
-                with open(target, "w", encoding="utf-8") as sink:
-                    count = sum(sink.write(json.dumps(r, ensure_ascii=False) + "\n") > 0
-                                for r in to_rl_rows(episode_rows(args.run)))
-            else:
-                count = export_run(args.run, target, args.format)
+            count = export_run(args.run, target, args.format, shape)
         except (OSError, HarnessError) as exc:
             print(f"dsh-actors export: {_one_line(exc)}", file=sys.stderr)
             return 2

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..core.errors import ToolArgsError
 from ..core.signal import AbortSignal
 from ..log import derive_messages
-from .model import ChatModel, ModelError
+from .model import ChatModel, ModelError, to_chat_tools
 
 __all__ = ["AgentOutcome", "Budgets", "run_agent"]
 
@@ -96,8 +96,9 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
     outcome = AgentOutcome()
     started = time.monotonic()
     events: list[Any] = []  # the session log as read so far (only new events are fetched each turn)
-    for text in _task_messages(task):
-        await session.append({"type": "user/message", "content": text})
+    # What the model is given is logged once, before the task: trainers read the run from the log.
+    await session.append_many([{"type": "system/prompt", "content": system, "tools": to_chat_tools(tools)},
+                               *({"type": "user/message", "content": text} for text in _task_messages(task))])
     while True:
         if signal is not None and signal.aborted:
             outcome.stop, outcome.message = "aborted", str(signal.reason)

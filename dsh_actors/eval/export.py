@@ -10,9 +10,10 @@ masked out by construction.
 
 ``jsonl`` writes the rows as they are. ``parquet`` (``pip install 'dsh-actors[export]'``,
 through ``pyarrow``) keeps the scalar fields and the token lists as columns and the nested
-ones (``messages``, ``tool_events``) as JSON text columns (``messages_json``,
-``tool_events_json``): their shapes vary per row. :func:`to_rl_rows` gives the
-prompt-as-messages plus reward rows RL trainers read.
+ones (``messages``, ``tools``, ``tool_events``) as JSON text columns (``messages_json``…):
+their shapes vary per row. Besides the episode rows, :func:`to_rl_rows` gives the
+prompt-as-messages plus reward rows RL trainers read, and :func:`to_messages_rows` one
+conversation per row (``messages``, ``tools``) as chat fine-tuning reads it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
 from .reports import EpisodeReport
 
-__all__ = ["ExportError", "ROW_FIELDS", "SCHEMA", "episode_rows", "export_run", "stitch_turns", "to_rl_rows"]
+__all__ = ["ExportError", "ROW_FIELDS", "SCHEMA", "SHAPES", "episode_rows", "export_run", "stitch_turns",
+           "to_messages_rows", "to_rl_rows"]
 
 SCHEMA = "dsh-actors/episode@1"
 
@@ -40,8 +42,9 @@ ROW_FIELDS: dict[str, str] = {
     "stop": "how the model's run ended (the report's `stop`); `null` for a scripted episode",
     "success": "the scorer's verdict; `null` when unscored",
     "final": "the model's last answer",
-    "messages": "the conversation in OpenAI Chat Completions format, as the model saw it (user, assistant "
-                "with `tool_calls`, tool results), derived from the log",
+    "messages": "the conversation in OpenAI Chat Completions format, as the model saw it (its system prompt, "
+                "user, assistant with `tool_calls`, tool results), derived from the log",
+    "tools": "the tools offered to the model (Chat Completions function schemas); `null` for a scripted episode",
     "tool_events": "each call in log order: `name`, `call_id`, `arguments`, `result` (its text), `is_error`, "
                    "`error_code`, `decision` (`ok`; `denied` for a policy's denial or block; `error` for a "
                    "failure with a code) and `duration_ms`",
@@ -140,10 +143,12 @@ def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
         if log.is_file():
             scan = scan_log(log.read_bytes(), log, recover_after=False)
             events = [thaw(e) for e in scan.records]
+        given = next((e for e in events if e.get("type") == "system/prompt"), {})  # a model's run: its prompt
         yield {
             "schema": SCHEMA, "id": report.id, "agent": report.agent, "status": report.status,
             "message": report.message, "stop": report.stop, "success": report.success, "final": report.final,
-            "messages": to_chat_messages("", derive_messages(events)),
+            "messages": to_chat_messages(str(given.get("content") or ""), derive_messages(events)),
+            "tools": given.get("tools"),
             "tool_events": _tool_events(events, report),
             "usage": {"prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens},
             "model_s": report.model_s, "tool_s": report.tool_s, "turns": report.turns,
@@ -153,46 +158,77 @@ def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def to_rl_rows(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Rows as RL trainers read them: ``prompt`` (the messages before the first model
-    turn), ``messages`` (the whole conversation) and ``reward`` (1.0 for a success, 0.0
-    otherwise, ``None`` when unscored)."""
+    """Rows as RL trainers read them: ``prompt`` (the messages before the first model turn:
+    the system prompt and the task), ``messages`` (the whole conversation) and ``reward``
+    (1.0 for a success, 0.0 otherwise, ``None`` when unscored)."""
     for row in rows:
         first = next((i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"), len(row["messages"]))
         yield {"id": row["id"], "prompt": row["messages"][:first], "messages": row["messages"],
                "reward": None if row["success"] is None else float(bool(row["success"]))}
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl") -> int:
-    """Write ``run_dir``'s episode rows to ``out`` as ``jsonl`` or ``parquet``; the row count."""
-    if fmt not in ("jsonl", "parquet"):
-        raise ExportError(f"export format must be jsonl or parquet; got {fmt!r}")
-    rows = list(episode_rows(run_dir))
-    if fmt == "jsonl":
-        with open(out, "w", encoding="utf-8") as sink:
-            for row in rows:
-                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-        return len(rows)
+def to_messages_rows(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One conversation per row as chat fine-tuning reads it: ``messages`` and, for a model
+    episode, the ``tools`` it was offered."""
+    for row in rows:
+        yield {"messages": row["messages"], **({"tools": row["tools"]} if row["tools"] else {})}
+
+
+SHAPES = {"episodes": lambda rows: rows, "rl": to_rl_rows, "messages": to_messages_rows}
+"""What ``export_run`` can write: the episode rows, RL rows, or conversations."""
+
+_JSON_COLUMNS = ("messages", "tools", "tool_events")  # shapes vary per row: JSON text in Parquet
+
+
+def _parquet(rows: list[dict[str, Any]], shape: str, out: str | Path) -> None:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise ExportError("parquet export needs pyarrow: pip install 'dsh-actors[export]'") from None
-    flat = [{**{k: v for k, v in row.items() if k not in ("messages", "tool_events", "usage")},
-             "prompt_tokens": row["usage"]["prompt_tokens"], "completion_tokens": row["usage"]["completion_tokens"],
-             "messages_json": json.dumps(row["messages"], ensure_ascii=False),
-             "tool_events_json": json.dumps(row["tool_events"], ensure_ascii=False)} for row in rows]
-    turn = pa.struct([("prompt_ids", pa.list_(pa.int64())), ("completion_ids", pa.list_(pa.int64())),
-                      ("logprobs", pa.list_(pa.float64())), ("loss_mask", pa.list_(pa.int8()))])
-    schema = pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
-                        ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
-                        ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
-                        ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
-                        ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
-                        ("episode_tokens", pa.struct([
-                            ("prompt_ids", pa.list_(pa.int64())), ("response_ids", pa.list_(pa.int64())),
-                            ("loss_mask", pa.list_(pa.int8())), ("logprobs", pa.list_(pa.float64()))])),
-                        ("episode_tokens_missing", pa.string()),
-                        ("messages_json", pa.string()), ("tool_events_json", pa.string())],
-                       metadata={"schema": SCHEMA})
+    flat = []
+    for row in rows:
+        cells = {k: v for k, v in row.items() if k not in (*_JSON_COLUMNS, "usage")}
+        if "usage" in row:
+            cells.update(row["usage"])
+        cells.update({f"{k}_json": json.dumps(row.get(k), ensure_ascii=False) for k in _JSON_COLUMNS if k in row
+                      or (shape == "messages" and k == "tools")})
+        flat.append(cells)
+    ids, floats = pa.list_(pa.int64()), pa.list_(pa.float64())
+    if shape == "episodes":
+        turn = pa.struct([("prompt_ids", ids), ("completion_ids", ids), ("logprobs", floats),
+                          ("loss_mask", pa.list_(pa.int8()))])
+        whole = pa.struct([("prompt_ids", ids), ("response_ids", ids), ("loss_mask", pa.list_(pa.int8())),
+                           ("logprobs", floats)])
+        schema = pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
+                            ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
+                            ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
+                            ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
+                            ("episode_tokens", whole), ("episode_tokens_missing", pa.string()),
+                            ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+                            ("messages_json", pa.string()), ("tools_json", pa.string()),
+                            ("tool_events_json", pa.string())], metadata={"schema": SCHEMA})
+    elif shape == "rl":  # the prompt as a list of {role, content}: what RL trainers' datasets read
+        prompt = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+        schema = pa.schema([("id", pa.string()), ("prompt", prompt), ("messages_json", pa.string()),
+                            ("reward", pa.float64())])
+    else:
+        schema = pa.schema([("messages_json", pa.string()), ("tools_json", pa.string())])
     pq.write_table(pa.Table.from_pylist(flat, schema=schema), str(out))
+
+
+def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl", shape: str = "episodes") -> int:
+    """Write ``run_dir``'s episodes to ``out`` as ``jsonl`` or ``parquet`` rows of ``shape``
+    (see :data:`SHAPES`); the row count."""
+    if fmt not in ("jsonl", "parquet"):
+        raise ExportError(f"export format must be jsonl or parquet; got {fmt!r}")
+    if shape not in SHAPES:
+        raise ExportError(f"export shape must be one of {', '.join(SHAPES)}; got {shape!r}")
+    rows = list(SHAPES[shape](episode_rows(run_dir)))
+    if fmt == "parquet":
+        _parquet(rows, shape, out)
+        return len(rows)
+    with open(out, "w", encoding="utf-8") as sink:
+        for row in rows:
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
     return len(rows)

@@ -397,6 +397,9 @@ def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str
             if kind == "tool/result":
                 card = next(cards)
                 parts.append(render_card(event["name"], thaw(event.get("arguments")), card["call"], card["result"], event))
+            elif kind == "system/prompt":
+                parts.append(f"· system prompt: {len(str(event['content'])):,} characters, "
+                             f"{len(event.get('tools') or [])} tool(s) offered")
             elif kind == "user/message":
                 parts.append(f"» user: {event['content']}")
             elif kind == "assistant/message" and _said(event.get("content")):

@@ -168,9 +168,12 @@ def render_episode_reference() -> str:
         fields = ", ".join(f"`{f}`" for f in required) or "—"
         out.append(f"| `{kind}` | {fields} | {_cell(EVENT_DOCS[kind])} |")
     out += ["", f"## An export row (`{SCHEMA}`)", "", "`dsh-actors export RUN --format jsonl|parquet` writes one "
-            "per finished episode. In Parquet, `messages` and `tool_events` are JSON text columns "
-            "(`messages_json`, `tool_events_json`) and `usage` is two columns (`prompt_tokens`, "
-            "`completion_tokens`).", "", *_pairs(ROW_FIELDS, "field", "what it holds")]
+            "per finished episode. In Parquet, `messages`, `tools` and `tool_events` are JSON text columns "
+            "(`messages_json`, `tools_json`, `tool_events_json`) and `usage` is two columns (`prompt_tokens`, "
+            "`completion_tokens`). `--rl` writes `id`, `prompt` (the messages before the first model turn; in "
+            "Parquet a list of `{role, content}`), `messages` and `reward` (1.0, 0.0, or `null` when unscored) "
+            "instead; `--messages` writes `messages` and `tools` (chat fine-tuning's rows).", "",
+            *_pairs(ROW_FIELDS, "field", "what it holds")]
     return "\n".join(out).rstrip() + "\n"
 
 

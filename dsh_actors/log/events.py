@@ -35,6 +35,7 @@ EVENT_TYPES: dict[str, tuple[str, ...]] = {
     "approval/asked": ("id", "tool_name"),
     "approval/decided": ("id", "outcome"),
     "approval/policy": ("policy",),
+    "system/prompt": ("content",),
     "user/message": ("content",),
     "assistant/message": ("content",),
     "turn/start": (),
@@ -50,6 +51,8 @@ EVENT_DOCS: dict[str, str] = {
     "approval/asked": "an ask: its `id`, `tool_name`, and `call_id` and `reason` when known",
     "approval/decided": "its answer: `outcome` (`allowed-once`, `rejected`, `cancelled`)",
     "approval/policy": "an approval policy that answered",
+    "system/prompt": "what a model's run was given, logged once when it starts (log only): the system prompt "
+                     "(`content`) and the `tools` sent with each request (Chat Completions function schemas)",
     "user/message": "a user's message (`content`)",
     "assistant/message": "a model turn: `content`, `tool_calls` (`call_id`, `name`, `arguments` as the model wrote "
                          "them), and with `--token-ids` its `tokens` (`prompt_ids`, `completion_ids`, `logprobs`; or "

@@ -59,7 +59,9 @@ def test_the_stitched_sequence_is_in_both_export_formats(tmp_path):
         (tmp_path / "reports" / f"{name}.json").write_text(json.dumps(
             EpisodeReport(id=name, agent="a", model="m", stop="final", turns=2).to_json()))
         with FrameFile(tmp_path / "logs" / f"{name}.log") as log:
-            for event in [{"type": "user/message", "content": "go"}, *turns]:
+            given = [{"type": "system/prompt", "content": "Be brief.", "tools": [{"type": "function", "function": {
+                "name": "bash", "description": "run", "parameters": {"type": "object"}}}]}] if name == "whole" else []
+            for event in [*given, {"type": "user/message", "content": "go"}, *turns]:
                 log.append(event)
     assert export_run(tmp_path, tmp_path / "e.jsonl") == 2
     rows = {r["id"]: r for r in map(json.loads, (tmp_path / "e.jsonl").read_text().splitlines())}
@@ -68,9 +70,48 @@ def test_the_stitched_sequence_is_in_both_export_formats(tmp_path):
                                                "loss_mask": [1, 0, 1], "logprobs": [-0.5, None, -0.25]}
     assert rows["torn"]["episode_tokens"] is None and "turn 2's prompt" in rows["torn"]["episode_tokens_missing"]
     assert export_run(tmp_path, tmp_path / "e.parquet", "parquet") == 2
-    flat = set(ROW_FIELDS) - {"messages", "tool_events", "usage"} | {
-        "messages_json", "tool_events_json", "prompt_tokens", "completion_tokens"}
+    flat = set(ROW_FIELDS) - {"messages", "tools", "tool_events", "usage"} | {
+        "messages_json", "tools_json", "tool_events_json", "prompt_tokens", "completion_tokens"}
     assert set(pq.read_schema(tmp_path / "e.parquet").names) == flat  # as the reference says
     table = {r["id"]: r for r in pq.read_table(tmp_path / "e.parquet").to_pylist()}
     assert table["whole"]["episode_tokens"] == rows["whole"]["episode_tokens"]
+    assert rows["whole"]["messages"][0] == {"role": "system", "content": "Be brief."} and rows["torn"]["tools"] is None
+    assert json.loads(table["whole"]["tools_json"]) == rows["whole"]["tools"]
     assert table["torn"]["episode_tokens"] is None and table["torn"]["episode_tokens_missing"]
+
+
+@pytest.mark.timeout(T)
+def test_rl_and_conversation_shapes_carry_the_system_prompt_and_tools_the_model_was_given(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from dsh_actors.eval.export import export_run
+    from dsh_actors.eval.reports import EpisodeReport
+    from dsh_actors.log import FrameFile
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "run.json").write_text("{}")
+    tools = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}]
+    (tmp_path / "reports" / "q.json").write_text(json.dumps(
+        EpisodeReport(id="q", agent="a", model="m", stop="final", success=True).to_json()))
+    with FrameFile(tmp_path / "logs" / "q.log") as log:
+        for event in [{"type": "system/prompt", "content": "Be brief.", "tools": tools},
+                      {"type": "user/message", "content": "6*7?"}, {"type": "assistant/message", "content": "42"}]:
+            log.append(event)
+    conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "6*7?"},
+                    {"role": "assistant", "content": "42"}]
+    assert export_run(tmp_path, tmp_path / "rl.jsonl", "jsonl", "rl") == 1
+    assert json.loads((tmp_path / "rl.jsonl").read_text()) == {
+        "id": "q", "prompt": conversation[:2], "messages": conversation, "reward": 1.0}
+    assert export_run(tmp_path, tmp_path / "rl.parquet", "parquet", "rl") == 1
+    (rl,) = pq.read_table(tmp_path / "rl.parquet").to_pylist()
+    assert rl["prompt"] == conversation[:2] and rl["reward"] == 1.0 and json.loads(rl["messages_json"]) == conversation
+    assert export_run(tmp_path, tmp_path / "m.jsonl", "jsonl", "messages") == 1
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {"messages": conversation, "tools": tools}
+    assert export_run(tmp_path, tmp_path / "m.parquet", "parquet", "messages") == 1
+    (m,) = pq.read_table(tmp_path / "m.parquet").to_pylist()
+    assert json.loads(m["tools_json"]) == tools
+    with pytest.raises(Exception, match="export shape must be one of episodes, rl, messages"):
+        export_run(tmp_path, tmp_path / "x.jsonl", "jsonl", "sft")

@@ -85,9 +85,13 @@ def test_task_episodes_run_the_agent_loop_score_and_log_every_turn(ray_cluster, 
     # The log is the record: show renders it, replay runs it as the episode's agent.
     log = tmp_path / "out" / "logs" / "answers.log"
     kinds = [e["type"] for e in read_records(log)]
-    assert kinds[:3] == ["turn/start", "user/message", "assistant/message"] and kinds.count("tool/result") == 3
+    assert kinds[:4] == ["turn/start", "system/prompt", "user/message", "assistant/message"]
+    assert kinds.count("tool/result") == 3
+    given = next(e for e in read_records(log) if e["type"] == "system/prompt")
+    assert given["content"] == answers[0]["messages"][0]["content"] and given["tools"] == answers[0]["tools"]
     shown, damage = show_log(log)
     assert "» user: What is 6*7?" in shown and damage is None
+    assert f"· system prompt: {len(DEFAULT_SYSTEM):,} characters, 4 tool(s) offered" in shown
     assert replay_logs([tmp_path / "out" / "logs" / "polite.log"], ["deny-destructive"]) == []
 
 
@@ -178,7 +182,7 @@ def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluste
     assert row["token_turns"] == [{"prompt_ids": [1, 2, 3], "completion_ids": [101, 102], "logprobs": [-0.5, -0.25],
                                    "loss_mask": [1, 1]}]
     assert row["episode_tokens"] is None and "turn 2 has no token ids: the endpoint sent no" in row["episode_tokens_missing"]
-    assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     (event,) = row["tool_events"]
     assert (event["name"], event["decision"], event["error_code"]) == ("read_file", "ok", None)
     assert event["duration_ms"] > 0 and "ship" in event["result"]
@@ -187,4 +191,4 @@ def test_token_ids_round_trip_from_the_endpoint_into_the_log_in_order(ray_cluste
     assert table[0]["token_turns"][0]["completion_ids"] == [101, 102] and table[0]["id"] == "ids"
     assert json.loads(table[0]["messages_json"]) == row["messages"]
     (rl,) = list(to_rl_rows(iter([row])))
-    assert rl["prompt"] == row["messages"][:1] and rl["reward"] is None  # no scorer: unscored
+    assert [m["role"] for m in rl["prompt"]] == ["system", "user"] and rl["reward"] is None  # no scorer: unscored
