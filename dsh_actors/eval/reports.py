@@ -70,6 +70,8 @@ class EpisodeReport:
     """The node whose runner ran it (its workspace, log and calls were there)."""
     workspace: str | None = None
     """Its workspace's path on that node."""
+    runner: str | None = None
+    """The runner actor that ran it (``dsh-runner:<job>:<id>``, as ``ray list actors`` shows)."""
     attempts: int = 1
     """1, or 2 when its first runner died and it ran again."""
     reran: str | None = None

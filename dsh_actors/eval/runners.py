@@ -141,6 +141,7 @@ class EpisodeRunnerCore:
                                               work.model.model if work.model else None), None
             report.status, report.message = "failed", error_message(exc)
         report.attempts, report.reran = work.attempt, work.reran
+        report.runner = ray.get_runtime_context().get_actor_name()
         log = None
         if self._ship_logs and log_path is not None:
             try:
@@ -280,15 +281,24 @@ class RunnerFleet:
                 break
         return taken
 
+    def _fair_share(self, runner: _Runner) -> int:
+        """How many more works ``runner`` may take now: its part of everything not yet
+        reported, shared evenly over the alive runners — so a job smaller than the fleet's
+        slots is spread over every runner, not taken whole by the first one to ask."""
+        alive = [r for r in self._runners if r.alive]
+        unreported = self._queued() + sum(len(r.held) for r in alive)
+        return -(-unreported // max(1, len(alive))) - len(runner.held)
+
     async def _feed(self, runner: _Runner) -> None:
         """Keep ``runner`` busy: send it chunks while it has free slots, until the job ends."""
         while runner.alive and self._outstanding:
             free = runner.slots - len(runner.held)
             queued = self._queued()
+            share = self._fair_share(runner)
             # Refill once a quarter of its slots is free (or what is left fits): one long
             # episode must not keep the rest of a chunk's slots idle.
-            if queued and free >= min(CHUNK, queued, max(1, runner.slots // 4)):
-                batch = self._take(runner.node, min(free, CHUNK))
+            if queued and share > 0 and free >= min(CHUNK, queued, share, max(1, runner.slots // 4)):
+                batch = self._take(runner.node, min(free, CHUNK, share))
                 for work in batch:
                     runner.held[work.episode.id] = work
                 task = asyncio.ensure_future(self._send(runner, batch))

@@ -89,6 +89,19 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
         a["name"].startswith(RUNNER_PREFIX) for a in ray.util.list_named_actors(all_namespaces=True))  # ended
 
 
+def test_a_job_smaller_than_the_fleets_slots_is_spread_over_every_runner(ray_cluster, tmp_path):
+    """8 episodes, 4 runners (2 per node), 64 in flight: before, the first runner to ask took
+    all 8; now each takes its fair share of what is unreported."""
+    reports = collect(run_episodes([episode(i, calls=1, file_work=False) for i in range(8)], in_flight=64,
+                                   runners_per_node=2, tools=[marking_tool(tmp_path)], out=tmp_path / "out"))
+    assert all(r.status == "ok" for r in reports), [r.message for r in reports]
+    per_runner = {}
+    for report in reports:
+        per_runner[report.runner] = per_runner.get(report.runner, 0) + 1
+    assert len(per_runner) == 4 and set(per_runner.values()) == {2}, per_runner
+    assert all(name.startswith(RUNNER_PREFIX) for name in per_runner)
+
+
 def _runners(job):
     """The live runners of the job named ``job`` (each named dsh-runner:<job>:<id>)."""
     found = []
