@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core import telemetry
 from ..core.errors import ToolArgsError
 from ..core.signal import AbortSignal
 from ..log import derive_messages
@@ -93,6 +94,15 @@ async def run_agent(scope: Any, session: Any, model: ChatModel, *, system: str,
     """
     from ..runtime.step import agent_step  # the Ray runtime's step; imported when a loop runs
 
+    agent = str(getattr(scope, "agent_id", "agent"))
+    with telemetry.agent_span(agent, getattr(getattr(model, "config", None), "model", None)):
+        return await _run(agent_step, scope, session, model, system, tools, task, budgets, signal, on_result)
+
+
+async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, system: str,
+               tools: Sequence[Mapping[str, Any]], task: str | Sequence[str | Mapping[str, Any]], budgets: Budgets,
+               signal: AbortSignal | None,
+               on_result: Callable[[Mapping[str, Any], Any, float], None] | None) -> AgentOutcome:
     outcome = AgentOutcome()
     started = time.monotonic()
     events: list[Any] = []  # the session log as read so far (only new events are fetched each turn)

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import pydantic
 
+from ..core import telemetry
 from ..core.errors import HarnessError
 
 __all__ = ["ChatModel", "ModelConfig", "ModelError", "ModelTurn", "RawToolCall", "TurnTokens", "content_text", "to_chat_messages",
@@ -206,7 +207,33 @@ class ChatModel:
 
     async def complete(self, system: str, messages: Sequence[Mapping[str, Any]],
                        tools: Sequence[Mapping[str, Any]]) -> ModelTurn:
-        """Ask the model for its next turn; :class:`ModelError` once its retries are spent."""
+        """Ask the model for its next turn; :class:`ModelError` once its retries are spent.
+        Each request is a ``chat {model}`` span and is counted (``dsh_model_*`` metrics)."""
+        from ..runtime import metrics
+
+        model = self.config.model
+        started = time.perf_counter()
+        with telemetry.chat_span(model, self.config.base_url) as span:
+            try:
+                turn = await self._complete(system, messages, tools)
+            except ModelError as exc:
+                telemetry.record_chat(span, error=exc.stop)
+                metrics.count("dsh_model_requests", model, exc.stop)
+                raise
+            except asyncio.CancelledError:
+                telemetry.record_chat(span, error="cancelled")
+                metrics.count("dsh_model_requests", model, "cancelled")
+                raise
+            telemetry.record_chat(span, prompt_tokens=turn.prompt_tokens, completion_tokens=turn.completion_tokens,
+                                  finish_reason=turn.finish_reason)
+        metrics.count("dsh_model_requests", model, "ok")
+        metrics.count("dsh_model_tokens", model, "prompt", value=turn.prompt_tokens)
+        metrics.count("dsh_model_tokens", model, "completion", value=turn.completion_tokens)
+        metrics.observe("dsh_model_request_ms", (time.perf_counter() - started) * 1000, model)
+        return turn
+
+    async def _complete(self, system: str, messages: Sequence[Mapping[str, Any]],
+                        tools: Sequence[Mapping[str, Any]]) -> ModelTurn:
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.config.concurrency)
         body: dict[str, Any] = {"model": self.config.model, "messages": to_chat_messages(system, messages)}

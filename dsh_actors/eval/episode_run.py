@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
+from ..core import telemetry
 from ..core.errors import HarnessError, error_message
 from ..core.types import ToolDefinition
 from ..prompt import SystemPrompt
@@ -189,7 +190,8 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
             assert model is not None  # the job gives every task a model
             await _with_model(episode, registry, scope, session, model, report, seen)
         else:
-            await _scripted(episode, scope, session, seen)
+            with telemetry.agent_span(episode.agent_id):  # a model's run has its own (run_agent's)
+                await _scripted(episode, scope, session, seen)
         await session.append({"type": "turn/end"})
         events = await session.events()
         report.asks = sum(1 for e in events if e["type"] == "approval/asked")

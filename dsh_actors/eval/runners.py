@@ -33,7 +33,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agent import ChatModel, ModelConfig
+from ..core import telemetry
 from ..core.errors import error_message
+from ..runtime import metrics
 from ..runtime.client import ToolRegistry
 from ..runtime.errors import ACTOR_GONE, RAY_ERROR
 from ..runtime.wire import host_index
@@ -82,6 +84,7 @@ class EpisodeRunnerCore:
 
     def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, fleet_size: int,
                  live: bool, ship_logs: bool) -> None:
+        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._registries = registries
         self._files = files
         self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly
@@ -142,6 +145,7 @@ class EpisodeRunnerCore:
             report.status, report.message = "failed", error_message(exc)
         report.attempts, report.reran = work.attempt, work.reran
         report.runner = ray.get_runtime_context().get_actor_name()
+        metrics.count("dsh_episodes", report.status, report.stop or "")
         log = None
         if self._ship_logs and log_path is not None:
             try:

@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from ..core.pipeline import ApprovalRequest
+from . import metrics
 from .errors import ACTOR_GONE, RAY_ERROR, translate
 from .mailboxes import PROCESS_INCARNATION
 from .response import NamedActorClient, Response
@@ -121,11 +122,13 @@ class ApprovalQueueActor:
                 "id": request_id, "agent": agent, "tool_name": tool_name, "call_id": call_id,
                 "reason": reason, "asked_at": time.time(),
             }, requester)
+            metrics.gauge("dsh_approvals_pending", len(self._pending))
             self._watch()
             try:
                 outcome = await future
             finally:
                 self._pending.pop(request_id, None)
+                metrics.gauge("dsh_approvals_pending", len(self._pending))
         await self._log(agent, {"type": "approval/decided", "id": request_id, "outcome": outcome})
         return outcome
 

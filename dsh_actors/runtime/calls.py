@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Mapping
 
+from ..core import telemetry
 from ..core.errors import error_result
 from ..core.pipeline import finish, notify_observers
 from ..core.pipeline.create import create_execution
@@ -112,13 +113,14 @@ class Call:
             if execution.signal is not None and local is None:
                 hub = await self.owner.link.signal_hub()
                 signal_id, aborted, release = send_signal(execution.signal, hub)
+            trace = telemetry.carrier(execution.parent)  # the caller's span (a sub-call's: its run_code's)
             stale, box, executor, unreached = 0, None, None, None
             while True:
                 if ticket is None:
                     ticket = await plans.ticket(execution.agent, refresh=stale > 0)
                 check = None if stale >= _STALE_RETRIES or plans.current(ticket) else ticket.version
                 envelope = Envelope.of(execution, version=check, plan_id=ticket.plan_id, key=self.owner.version_key,
-                                       signal_id=signal_id, aborted=aborted).pack()
+                                       signal_id=signal_id, aborted=aborted, trace=trace).pack()
                 if local is None and executor is None:
                     executor = await self.owner.routes.pick(avoid=unreached)
                 if self._cancelled:

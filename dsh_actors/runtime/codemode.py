@@ -29,10 +29,12 @@ from typing import Any, Callable
 
 import ray
 
+from ..codemode.backends import resolved_backend
 from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
 from ..codemode.transport import build_run_code
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
+from . import metrics
 from .calls import Call, CallInput
 from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
 from .executor import ExecutorCore
@@ -138,8 +140,31 @@ def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
         return None
     runtime = _runtimes.get(config)
     if runtime is None:
-        runtime = _runtimes[config] = make_runtime(config)
+        runtime = _runtimes[config] = _Counted(make_runtime(config), resolved_backend(config))
     return runtime
+
+
+class _Counted:
+    """A code runtime whose runs are counted (``dsh_sandbox_runs`` by backend and outcome)."""
+
+    def __init__(self, inner: CodeRuntime, backend: str) -> None:
+        self._inner, self._backend = inner, backend
+        self.language, self.dialect, self.isolation = inner.language, inner.dialect, inner.isolation
+
+    async def run(self, program: str, bindings: Any, signal: Any = None) -> Any:
+        outcome = "failed"
+        try:
+            result = await self._inner.run(program, bindings, signal)
+            outcome = "ok" if result.error is None else result.error.kind
+            return result
+        finally:
+            metrics.count("dsh_sandbox_runs", self._backend, outcome)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # anything else a backend offers (e.g. its workers' pids)
+        return getattr(self._inner, name)
 
 
 def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any], Any]:

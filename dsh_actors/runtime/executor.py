@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -32,13 +33,14 @@ import ray
 
 from ..core.body import BODY_RUNNER
 from ..core.errors import ToolTimeoutError
-from ..core import pipeline
+from ..core import pipeline, telemetry
 from ..core.jsonvalue import FrozenDict
 from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
 from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
+from . import metrics
 from .mailboxes import Item, Mailboxes
 from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
@@ -140,6 +142,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     """Run one tool body (its definition from the call's plan) in this task; returns the
     body's value and the contexts it deferred. Only bodies with Ray options come here."""
     global _body_loop
+    telemetry.configure()
     call = Envelope.unpack(envelope)
     plan = _body_plans.get(call["plan"])
     if plan is None:
@@ -153,8 +156,10 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     deferred: list[Any] = []
     definition = plan.tools[call["name"]]
     try:
-        value = _body_loop.run_until_complete(
-            settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools))))
+        with telemetry.span_from(call.fields.get("trace"), f"tool body {call['name']}",
+                                 **{"gen_ai.tool.call.id": str(call["call_id"])}):
+            value = _body_loop.run_until_complete(
+                settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools))))
     except BaseException:
         _body_loop.close()  # never reuse a loop a cancellation interrupted
         raise
@@ -224,7 +229,8 @@ class _Placement:
             if signal is not None:
                 hub = await self.hub()
                 signal_id, aborted, unpublish = send_signal(signal, hub)
-            envelope = Envelope.of(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted).pack()
+            envelope = Envelope.of(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted,
+                                   trace=telemetry.carrier()).pack()  # its span's parent: this dispatch
             ref = bound.remote(envelope, self.plan_box, hub)
             stopper = ForceStop.arm(ref, limits, signal)
             try:
@@ -251,6 +257,20 @@ class _Placement:
 
 # --- the executor ----------------------------------------------------------------------------
 
+def _count_call(tool: str, result: Any, seconds: float) -> None:
+    error = result.get("error") if result.get("is_error") else None
+    outcome = "ok" if not result.get("is_error") else ("error" if error else "denied")
+    metrics.count("dsh_tool_calls", tool, outcome, str(error["code"]) if error else "")
+    metrics.observe("dsh_tool_call_ms", seconds * 1000, tool)
+
+
+def _count_denial(stage: str, kind: str, tool: str) -> None:
+    if kind in ("deny", "block"):
+        metrics.count("dsh_policy_denials", stage, kind, tool)
+
+
+telemetry.on_denial(_count_denial)
+
 class ExecutorCore:
     """Runs calls' pipelines as coroutines on one event loop (see the module docs).
 
@@ -262,11 +282,13 @@ class ExecutorCore:
 
     def __init__(self, registry: str, namespace: str, threads: int = 32, calls: int = 10_000) -> None:
         self.registry, self.namespace = registry, namespace
+        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._mail = Mailboxes()
         self._calls = calls
         self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
+        self._in_flight = 0
 
     def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
@@ -352,9 +374,19 @@ class ExecutorCore:
         plan = await self._plan(call["plan"], plan_box)
         if isinstance(plan, bytes):
             return plan
-        # The caller hears the result's observers (see ``calls``): not here, so a result
-        # that dies with this process before it is collected is heard once, there.
-        return Outcome.result(await pipeline.run(call.execution(signal), plan, observe=False))
+        self._in_flight += 1
+        metrics.gauge("dsh_tool_calls_in_flight", self._in_flight)
+        started = time.perf_counter()
+        try:
+            # The caller hears the result's observers (see ``calls``): not here, so a result
+            # that dies with this process before it is collected is heard once, there.
+            result = await pipeline.run(call.execution(signal), plan, observe=False,
+                                        trace_parent=call.fields.get("trace"))
+        finally:
+            self._in_flight -= 1
+            metrics.gauge("dsh_tool_calls_in_flight", self._in_flight)
+        _count_call(str(call["name"]), result, time.perf_counter() - started)
+        return Outcome.result(result)
 
 
 ExecutorActor = ray.remote(ExecutorCore)

@@ -112,7 +112,8 @@ class Envelope:
 
     ``version`` asks the executor to check the registry version (read under ``key``)
     first; ``signal`` links the caller's signal through the signal hub; ``aborted``
-    carries the reason of a signal already aborted; ``plan`` names the plan it runs.
+    carries the reason of a signal already aborted; ``plan`` names the plan it runs;
+    ``trace`` is the caller's trace context (a W3C carrier, when it traces).
     """
 
     __slots__ = ("fields",)
@@ -122,11 +123,13 @@ class Envelope:
 
     @classmethod
     def of(cls, execution: ToolExecution, *, version: int | None = None, plan_id: str = "", key: bytes = b"",
-           signal_id: str | None = None, aborted: bytes | None = None) -> "Envelope":
+           signal_id: str | None = None, aborted: bytes | None = None,
+           trace: dict[str, str] | None = None) -> "Envelope":
         return cls({
             "token": _token_bytes(execution.token), "call_id": execution.call_id, "name": execution.name,
             "arguments": execution.arguments, "agent": execution.agent, "parent": _token_bytes(execution.parent),
             "version": version, "plan": plan_id, "key": key, "signal": signal_id, "aborted": aborted,
+            "trace": trace,
         })
 
     def pack(self) -> bytes:

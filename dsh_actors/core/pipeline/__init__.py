@@ -33,6 +33,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .. import telemetry
 from ..errors import error_result
 from ..types import ExecutionToken, ToolExecution, ToolExecutionResult, text_block
 from .approval import resolve_ask
@@ -97,6 +98,10 @@ def _failed(thrown: BaseException, origin: str = "a listener") -> ToolExecutionR
 async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> Step:
     """Create the execution, then run pre-execute, approval and guards."""
     execution, failure = create_execution(source, token)
+    return await _created(execution, failure, plan_for)
+
+
+async def _created(execution: ToolExecution, failure: dict[str, Any] | None, plan_for: PlanResolver) -> Step:
     try:
         plan = plan_for(execution.agent)
     except Exception as exc:  # a resolver is harness code, not user code
@@ -112,16 +117,24 @@ async def gate(execution: ToolExecution, plan: ExecutionPlan) -> Step:
     runtime creates it in the caller's process and rebuilds it where it runs)."""
     execution._resolve(plan.tools.get(execution.name))
     try:
-        decision = await run_pre_execute(execution, plan)
+        with telemetry.stage("pre_execute"):
+            decision = await run_pre_execute(execution, plan)
         if decision["kind"] == "deny":
+            telemetry.decided(execution, "pre_execute", "deny")
             return Step("post", execution, plan, _denied(decision["reason"]))
         if decision["kind"] == "ask":
-            refusal = await resolve_ask(execution, plan, decision)
+            with telemetry.stage("approval"):
+                refusal = await resolve_ask(execution, plan, decision)
             if refusal is not None:
+                telemetry.decided(execution, "approval", "deny")
                 return Step("post", execution, plan, _denied(refusal))
-        reason = await run_guards(execution, plan)
-        if reason is not None:
-            return Step("post", execution, plan, _denied(reason))
+            telemetry.decided(execution, "approval", "allow")
+        if plan.guards:
+            with telemetry.stage("guards"):
+                reason = await run_guards(execution, plan)
+            if reason is not None:
+                telemetry.decided(execution, "guards", "deny")
+                return Step("post", execution, plan, _denied(reason))
     except BaseException as exc:  # a listener, the approval seam or a guard failed: fail closed
         if is_own_cancellation(exc):
             raise
@@ -134,7 +147,8 @@ async def dispatch(step: Step) -> Step:
     if step.stage != "dispatch" or step.plan is None:
         raise ValueError(f"dispatch() needs a step prepared for dispatch, got stage {step.stage!r}")
     try:
-        result = await run_execute(step.execution, step.plan)
+        with telemetry.stage("dispatch"):
+            result = await run_execute(step.execution, step.plan)
     except BaseException as exc:
         if is_own_cancellation(exc):
             raise
@@ -149,7 +163,11 @@ async def finalize(step: Step, *, observe: bool = True) -> ToolExecutionResult:
         raise ValueError("finalize() needs a step that carries a result")
     if step.stage == "post" and step.plan is not None:
         try:
-            result = await run_post_execute(step.execution, result, step.plan)
+            with telemetry.stage("post_execute"):
+                before = result
+                result = await run_post_execute(step.execution, result, step.plan)
+            if result is not before and result.get("is_error") and not before.get("is_error"):
+                telemetry.decided(step.execution, "post_execute", "block")
         except BaseException as exc:
             if is_own_cancellation(exc):
                 raise
@@ -165,10 +183,22 @@ async def _complete(step: Step, observe: bool = True) -> ToolExecutionResult:
 
 async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> ToolExecutionResult:
     """Run one call through the whole pipeline; never raises (cancellation propagates)."""
-    return await _complete(await prepare(source, plan_for, token=token))
+    if not telemetry.tracing():
+        return await _complete(await prepare(source, plan_for, token=token))
+    execution, failure = create_execution(source, token)  # read once: the span needs its name and id
+    with telemetry.tool_span(execution) as span:
+        result = await _complete(await _created(execution, failure, plan_for))
+        telemetry.record_result(span, result)
+        return result
 
 
-async def run(execution: ToolExecution, plan: ExecutionPlan, *, observe: bool = True) -> ToolExecutionResult:
+async def run(execution: ToolExecution, plan: ExecutionPlan, *, observe: bool = True,
+              trace_parent: Any = None) -> ToolExecutionResult:
     """:func:`execute` for an execution already created, against its plan (``observe``:
-    see :func:`finish`)."""
-    return await _complete(await gate(execution, plan), observe)
+    see :func:`finish`); ``trace_parent`` is the caller's trace context (a carrier)."""
+    if not telemetry.tracing():
+        return await _complete(await gate(execution, plan), observe)
+    with telemetry.tool_span(execution, trace_parent) as span:
+        result = await _complete(await gate(execution, plan), observe)
+        telemetry.record_result(span, result)
+        return result
