@@ -182,7 +182,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
         await session.append({"type": "turn/start", "agent": episode.agent_id})  # replay runs as this agent
 
         def seen(call: Any, result: Any, seconds: float) -> None:
-            classify(report, result, seconds)
+            classify(report, result, seconds, str(call.get("name", "")))
             if card is not None:
                 card(_card(tools, call, result, episode.id, episode.agent_id))
 

@@ -12,8 +12,8 @@ policy: ``never`` (rejected and recorded, the default: a batch has no one to ask
 process: ``dsh-actors approvals``, or a policy actor with the queue's client).
 
 A run owns its output folder: ``run.json`` (what it runs), ``logs/<episode>.log``,
-``reports/<episode>.json`` (each finished episode), then ``summary.json`` and
-``summary.md``. Workspaces stay on the node that ran each episode (its report says where);
+``reports/<episode>.json`` (each finished episode), then ``summary.json``,
+``summary.md`` and ``summary.html`` (:mod:`.report_html`). Workspaces stay on the node that ran each episode (its report says where);
 with ``shared_out`` (``--out`` on storage every node mounts) the runners write workspaces
 and logs straight into the folder. A folder that already holds a run is refused unless the
 run is resumed (finished episodes are kept, the rest run again) or overwritten.
@@ -53,6 +53,7 @@ from ..tools import reference_tools
 from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
 from .plugins import PluginError, load_tools
+from .report_html import render_html
 from .reports import EpisodeReport, markdown_of, summary_of
 from .runners import RunnerFleet, Work
 
@@ -299,7 +300,7 @@ def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) 
             report = EpisodeReport.from_json(json.loads(path.read_text()))
             if report.id in wanted and report.status == "ok":
                 kept[report.id] = report
-        for stale in ("summary.json", "summary.md"):
+        for stale in ("summary.json", "summary.md", "summary.html"):
             (out / stale).unlink(missing_ok=True)
     for folder in ("logs", "reports"):
         (out / folder).mkdir(parents=True, exist_ok=True)
@@ -359,6 +360,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     summary["out"] = str(out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "summary.md").write_text(markdown_of(summary))
+    (out / "summary.html").write_text(render_html(summary, ordered, out / "logs"), encoding="utf-8")
     return summary
 
 

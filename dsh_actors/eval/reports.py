@@ -10,7 +10,7 @@ from typing import Any
 
 from .episodes import EpisodeError
 
-__all__ = ["EpisodeReport", "classify", "markdown_of", "summary_of"]
+__all__ = ["EpisodeReport", "classify", "markdown_of", "percentile", "summary_of"]
 
 
 @dataclass
@@ -41,6 +41,8 @@ class EpisodeReport:
     """Of those, the ones that failed."""
     latencies_ms: list[float] = field(default_factory=list)
     """Each call's duration, in call order."""
+    call_tools: list[str] = field(default_factory=list)
+    """Each call's tool, in call order (beside ``latencies_ms``)."""
     # with a model in the loop
     model: str | None = None
     """The model's name, for an episode with a task (``null``: scripted)."""
@@ -85,9 +87,10 @@ class EpisodeReport:
         return cls(**{**data, "errors": Counter(data.get("errors", {}))})
 
 
-def classify(report: EpisodeReport, result: Any, seconds: float) -> None:
+def classify(report: EpisodeReport, result: Any, seconds: float, tool: str = "") -> None:
     report.calls += 1
     report.latencies_ms.append(seconds * 1000)
+    report.call_tools.append(tool)
     if not result.is_error:
         report.ok += 1
     elif result.error is None:
@@ -97,7 +100,7 @@ def classify(report: EpisodeReport, result: Any, seconds: float) -> None:
 
 
 
-def _percentile(values: list[float], p: float) -> float | None:
+def percentile(values: list[float], p: float) -> float | None:
     """The ``p``-th percentile, interpolated between the closest ranks (numpy's default:
     the p50 of two samples is their mean)."""
     if not values:
@@ -132,8 +135,8 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
         "sub_calls": {"total": sum(r.sub_calls for r in reports),
                       "ok": sum(r.sub_calls - r.sub_call_errors for r in reports),
                       "errors": sum(r.sub_call_errors for r in reports)},
-        "latency_ms": {"p50": _percentile(latencies, 50), "p90": _percentile(latencies, 90),
-                       "p99": _percentile(latencies, 99)},
+        "latency_ms": {"p50": percentile(latencies, 50), "p90": percentile(latencies, 90),
+                       "p99": percentile(latencies, 99)},
         "model": _model_summary([r for r in reports if r.model is not None or r.stop is not None]),
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
@@ -170,7 +173,7 @@ def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
 
 
 def _spread(values: list[float]) -> dict[str, float | None]:
-    return {"p50": _percentile(values, 50), "p90": _percentile(values, 90), "p99": _percentile(values, 99),
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
             "max": round(max(values), 2) if values else None}
 
 

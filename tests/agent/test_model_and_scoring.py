@@ -129,9 +129,9 @@ def test_cards_cut_long_values_saying_their_size_and_keep_their_head_line_first(
 @pytest.mark.parametrize("values, p50, p90", [([1.0, 2.0], 1.5, 1.9), ([5.0], 5.0, 5.0), ([], None, None),
                                               ([1.0, 2.0, 3.0, 4.0, 5.0], 3.0, 4.6)])
 def test_percentiles_interpolate_between_ranks(values, p50, p90):
-    from dsh_actors.eval.reports import _percentile
+    from dsh_actors.eval.reports import percentile
 
-    assert (_percentile(values, 50), _percentile(values, 90)) == (p50, p90)
+    assert (percentile(values, 50), percentile(values, 90)) == (p50, p90)
 
 
 def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():

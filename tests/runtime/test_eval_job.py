@@ -31,6 +31,10 @@ def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_p
     assert summary["latency_ms"]["p50"] > 0 and (Path(per["code-mode"]["workspace"]) / "src" / "app.py").exists()
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert "| error code | count |" in (tmp_path / "summary.md").read_text()
+    page = (tmp_path / "summary.html").read_text()
+    assert all(f"id='ep-{e}'" in page for e in per)  # every episode's cards, from its log
+    assert "✓ edit_file: notes.txt" in page and "<td>UNKNOWN_TOOL</td>" in page
+    assert "<td>edit_file</td>" in page  # latency by tool, from the reports
     shown, _ = show_log(tmp_path / "logs" / "read-and-fix.log")
     assert "✓ edit_file: notes.txt" in shown and "+ - ship the evaluation harness" in shown
     assert "» user: Fix the typo in notes.txt" in shown
