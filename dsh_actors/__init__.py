@@ -2,7 +2,9 @@
 
 What a user needs, in one namespace: defining tools, the decisions listeners return,
 the registries (on Ray: :class:`ToolRegistry`; in one process: :class:`InMemoryRegistry`),
-the values a call carries, and the errors worth catching. Everything else stays
+the values a call carries, the errors worth catching, and the specification's schema
+helpers (:func:`validate_args`, :func:`schema_spec_to_json_schema`,
+:func:`assert_supported_output_schema`, :func:`validate_structured_value`). Everything else stays
 importable from its module (the pipeline's stages from :mod:`dsh_actors.core.pipeline`,
 JSON rules from :mod:`dsh_actors.core.jsonvalue`, every error from
 :mod:`dsh_actors.core.errors` and :mod:`dsh_actors.runtime.errors`).
@@ -11,15 +13,20 @@ JSON rules from :mod:`dsh_actors.core.jsonvalue`, every error from
 from .core.decisions import accept, allow, ask, block, deny
 from .core.define import define_tool, tool
 from .core.errors import (
+    CodeRunFailedError,
     DefinitionError,
     DuplicateToolError,
     HarnessError,
+    OutputSchemaError,
     ReservedNameError,
     RestrictionError,
     ToolArgsError,
+    ToolNotFoundError,
     ToolTimeoutError,
     error_result,
 )
+from .core.output_schema import assert_supported_output_schema, validate_structured_value
+from .core.schema import schema_spec_to_json_schema, validate_args
 from .core.signal import AbortController, AbortError, AbortSignal
 from .core.types import (
     ToolDefinition,
@@ -57,12 +64,14 @@ __all__ = [
     "AbortSignal",
     "AgentScope",
     "CONTINUE",
+    "CodeRunFailedError",
     "CodeRuntimeConfig",
     "DefinitionError",
     "Disposer",
     "DuplicateToolError",
     "HarnessError",
     "InMemoryRegistry",
+    "OutputSchemaError",
     "Plugin",
     "RegistryUnavailableError",
     "ReservedNameError",
@@ -75,6 +84,7 @@ __all__ = [
     "ToolExecution",
     "ToolExecutionInput",
     "ToolExecutionResult",
+    "ToolNotFoundError",
     "ToolRegistry",
     "ToolRunContext",
     "ToolTimeoutError",
@@ -83,10 +93,14 @@ __all__ = [
     "agent_step",
     "allow",
     "ask",
+    "assert_supported_output_schema",
     "block",
     "define_tool",
     "deny",
     "error_result",
+    "schema_spec_to_json_schema",
     "text_block",
     "tool",
+    "validate_args",
+    "validate_structured_value",
 ]

@@ -43,3 +43,13 @@ def test_the_package_ships_its_type_marker_and_the_skeleton_exists():
     for folder in ("deploy", "benchmarks", "tests"):
         assert (ROOT / folder).is_dir()
     assert (ROOT / "ray_cluster.yaml").exists()
+
+
+def test_the_specifications_public_names_are_importable_from_the_package():
+    spec = ["validate_args", "schema_spec_to_json_schema", "assert_supported_output_schema",
+            "validate_structured_value", "OutputSchemaError", "ToolNotFoundError", "CodeRunFailedError",
+            "define_tool", "ToolArgsError", "HarnessError"]
+    missing = [name for name in spec if name not in dsh_actors.__all__ or getattr(dsh_actors, name, None) is None]
+    assert missing == []
+    assert dsh_actors.validate_args({"n": {"type": "number", "required": True}}, {}) == ['missing required property "n"']
+    assert issubclass(dsh_actors.ToolNotFoundError, dsh_actors.HarnessError)

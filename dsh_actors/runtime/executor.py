@@ -258,10 +258,11 @@ class _Placement:
 # --- the executor ----------------------------------------------------------------------------
 
 def _count_call(tool: str, result: Any, seconds: float) -> None:
-    error = result.get("error") if result.get("is_error") else None
-    outcome = "ok" if not result.get("is_error") else ("error" if error else "denied")
-    metrics.count("dsh_tool_calls", tool, outcome, str(error["code"]) if error else "")
-    metrics.observe("dsh_tool_call_ms", seconds * 1000, tool)
+    if not result.get("is_error"):
+        metrics.call_ended(tool, "ok", "", seconds * 1000)
+        return
+    error = result.get("error")
+    metrics.call_ended(tool, "error" if error else "denied", str(error["code"]) if error else "", seconds * 1000)
 
 
 def _count_denial(stage: str, kind: str, tool: str) -> None:
@@ -337,6 +338,7 @@ class ExecutorCore:
         """On the first call: this loop's slots, and this executor as the local side of the
         transport for calls made in this process on this loop (Code Mode sub-calls)."""
         self._slots = asyncio.Semaphore(self._calls)
+        metrics.gauge_from("dsh_tool_calls_in_flight", lambda: self._in_flight)
         owner(self.registry, self.namespace).local = LocalTransport(self.execute_here, asyncio.get_running_loop())
 
     async def execute_batch(self, client: str, items: list[Item]) -> str:
@@ -375,7 +377,6 @@ class ExecutorCore:
         if isinstance(plan, bytes):
             return plan
         self._in_flight += 1
-        metrics.gauge("dsh_tool_calls_in_flight", self._in_flight)
         started = time.perf_counter()
         try:
             # The caller hears the result's observers (see ``calls``): not here, so a result
@@ -384,7 +385,6 @@ class ExecutorCore:
                                         trace_parent=call.fields.get("trace"))
         finally:
             self._in_flight -= 1
-            metrics.gauge("dsh_tool_calls_in_flight", self._in_flight)
         _count_call(str(call["name"]), result, time.perf_counter() - started)
         return Outcome.result(result)
 

@@ -25,15 +25,17 @@ Ray adds ``WorkerId``, ``NodeAddress`` and ``SessionName`` to each series.
 
 Recording costs a dict update under a lock: a daemon thread hands what gathered to Ray
 once a second (Ray's own export is every few seconds), so no call pays for a metrics
-call. A process that is not connected to Ray records nothing.
+call. A process that is not connected to Ray records nothing, nor one whose environment
+says ``DSH_METRICS=off``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["METRICS", "count", "gauge", "observe"]
+__all__ = ["METRICS", "call_ended", "count", "gauge", "gauge_from", "observe"]
 
 _MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000]
 
@@ -62,23 +64,31 @@ class _Recorder:
         self.counts: dict[tuple[str, tuple[str, ...]], float] = {}
         self.values: list[tuple[str, tuple[str, ...], float]] = []
         self.gauges: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.sources: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.made: dict[str, Any] = {}
         self.thread: threading.Thread | None = None
-        self.pid = 0
+        self.off = os.environ.get("DSH_METRICS", "on").lower() in ("0", "off", "false", "no")
 
     def started(self) -> bool:
-        import os
-
+        if self.thread is not None:
+            return True
+        if self.off:
+            return False
         import ray
 
-        if self.thread is not None and self.pid == os.getpid():
-            return True
         if not ray.is_initialized():
             return False
-        self.pid, self.made = os.getpid(), {}
-        self.thread = threading.Thread(target=self._loop, name="dsh-metrics", daemon=True)
-        self.thread.start()
+        with self.lock:
+            if self.thread is None:
+                self.made = {}
+                self.thread = threading.Thread(target=self._loop, name="dsh-metrics", daemon=True)
+                self.thread.start()
         return True
+
+    def forked(self) -> None:
+        """In a forked child: nothing recorded, no flusher (the parent's is not here)."""
+        self.lock = threading.Lock()
+        self.counts, self.values, self.gauges, self.sources, self.made, self.thread = {}, [], {}, {}, {}, None
 
     def _metric(self, name: str) -> Any:
         metric = self.made.get(name)
@@ -99,6 +109,12 @@ class _Recorder:
         with self.lock:
             counts, values, gauges = self.counts, self.values, dict(self.gauges)
             self.counts, self.values = {}, []
+            sources = list(self.sources.items())
+        for key, read in sources:
+            try:
+                gauges[key] = float(read())
+            except Exception:  # noqa: BLE001 - a source that fails is skipped this time
+                pass
         for (name, tags), value in counts.items():
             self._metric(name).inc(value, dict(zip(METRICS[name][2], tags)))
         for name, tags, value in values:
@@ -118,6 +134,7 @@ class _Recorder:
 
 
 _recorder = _Recorder()
+os.register_at_fork(after_in_child=_recorder.forked)
 
 
 def count(name: str, *tags: str, value: float = 1.0) -> None:
@@ -140,3 +157,20 @@ def gauge(name: str, value: float, *tags: str) -> None:
     if _recorder.started():
         with _recorder.lock:
             _recorder.gauges[(name, tags)] = value
+
+
+def gauge_from(name: str, read: Callable[[], float], *tags: str) -> None:
+    """Set the gauge ``name`` from ``read()`` at every flush (a value that changes per call,
+    such as calls in flight, costs the calls nothing)."""
+    if _recorder.started():
+        with _recorder.lock:
+            _recorder.sources[(name, tags)] = read
+
+
+def call_ended(tool: str, outcome: str, code: str, ms: float) -> None:
+    """One tool call's count and latency, under one lock (the executor's per-call path)."""
+    if _recorder.started():
+        key = ("dsh_tool_calls", (tool, outcome, code))
+        with _recorder.lock:
+            _recorder.counts[key] = _recorder.counts.get(key, 0.0) + 1.0
+            _recorder.values.append(("dsh_tool_call_ms", (tool,), ms))

@@ -98,40 +98,44 @@ def _failed(thrown: BaseException, origin: str = "a listener") -> ToolExecutionR
 async def prepare(source: Any, plan_for: PlanResolver, *, token: ExecutionToken | None = None) -> Step:
     """Create the execution, then run pre-execute, approval and guards."""
     execution, failure = create_execution(source, token)
-    return await _created(execution, failure, plan_for)
+    plan, final = _planned(execution, failure, plan_for)
+    return final if final is not None else await gate(execution, plan)  # type: ignore[arg-type]
 
 
-async def _created(execution: ToolExecution, failure: dict[str, Any] | None, plan_for: PlanResolver) -> Step:
+def _planned(execution: ToolExecution, failure: dict[str, Any] | None,
+             plan_for: PlanResolver) -> tuple[ExecutionPlan | None, Step | None]:
+    """The execution's plan, or the final step when there is none or creation failed."""
     try:
         plan = plan_for(execution.agent)
     except Exception as exc:  # a resolver is harness code, not user code
         log.warning("no execution plan for agent %r: %s", execution.agent, exc)
-        return Step("final", execution, None, _failed(exc))
+        return None, Step("final", execution, None, _failed(exc))
     if failure is not None:
-        return Step("final", execution, plan, ToolExecutionResult(failure))
-    return await gate(execution, plan)
+        return plan, Step("final", execution, plan, ToolExecutionResult(failure))
+    return plan, None
 
 
 async def gate(execution: ToolExecution, plan: ExecutionPlan) -> Step:
     """Run pre-execute, approval and guards for an execution already created (the Ray
     runtime creates it in the caller's process and rebuilds it where it runs)."""
     execution._resolve(plan.tools.get(execution.name))
+    traced = telemetry.tracing()  # checked once: a stage's span costs nothing when nobody traces
     try:
-        with telemetry.stage("pre_execute"):
-            decision = await run_pre_execute(execution, plan)
+        pre = run_pre_execute(execution, plan)
+        decision = await (telemetry.staged("pre_execute", pre) if traced else pre)
         if decision["kind"] == "deny":
             telemetry.decided(execution, "pre_execute", "deny")
             return Step("post", execution, plan, _denied(decision["reason"]))
         if decision["kind"] == "ask":
-            with telemetry.stage("approval"):
-                refusal = await resolve_ask(execution, plan, decision)
+            asked = resolve_ask(execution, plan, decision)
+            refusal = await (telemetry.staged("approval", asked) if traced else asked)
             if refusal is not None:
                 telemetry.decided(execution, "approval", "deny")
                 return Step("post", execution, plan, _denied(refusal))
             telemetry.decided(execution, "approval", "allow")
         if plan.guards:
-            with telemetry.stage("guards"):
-                reason = await run_guards(execution, plan)
+            guarded = run_guards(execution, plan)
+            reason = await (telemetry.staged("guards", guarded) if traced else guarded)
             if reason is not None:
                 telemetry.decided(execution, "guards", "deny")
                 return Step("post", execution, plan, _denied(reason))
@@ -147,8 +151,8 @@ async def dispatch(step: Step) -> Step:
     if step.stage != "dispatch" or step.plan is None:
         raise ValueError(f"dispatch() needs a step prepared for dispatch, got stage {step.stage!r}")
     try:
-        with telemetry.stage("dispatch"):
-            result = await run_execute(step.execution, step.plan)
+        running = run_execute(step.execution, step.plan)
+        result = await (telemetry.staged("dispatch", running) if telemetry.tracing() else running)
     except BaseException as exc:
         if is_own_cancellation(exc):
             raise
@@ -163,10 +167,10 @@ async def finalize(step: Step, *, observe: bool = True) -> ToolExecutionResult:
         raise ValueError("finalize() needs a step that carries a result")
     if step.stage == "post" and step.plan is not None:
         try:
-            with telemetry.stage("post_execute"):
-                before = result
-                result = await run_post_execute(step.execution, result, step.plan)
-            if result is not before and result.get("is_error") and not before.get("is_error"):
+            before = result
+            post = run_post_execute(step.execution, result, step.plan)
+            result = await (telemetry.staged("post_execute", post) if telemetry.tracing() else post)
+            if result.get("is_error") and not before.get("is_error"):
                 telemetry.decided(step.execution, "post_execute", "block")
         except BaseException as exc:
             if is_own_cancellation(exc):
@@ -187,7 +191,8 @@ async def execute(source: Any, plan_for: PlanResolver, *, token: ExecutionToken 
         return await _complete(await prepare(source, plan_for, token=token))
     execution, failure = create_execution(source, token)  # read once: the span needs its name and id
     with telemetry.tool_span(execution) as span:
-        result = await _complete(await _created(execution, failure, plan_for))
+        plan, final = _planned(execution, failure, plan_for)
+        result = await _complete(final if final is not None else await gate(execution, plan))  # type: ignore[arg-type]
         telemetry.record_result(span, result)
         return result
 
