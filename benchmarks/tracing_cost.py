@@ -199,7 +199,9 @@ calls, median of 5. On Ray: 6,000 calls at 64 in flight from the driver, CPU of 
 machine per call from /proc/stat (driver, executors and Ray's own processes), median of 3
 bursts. Each cell is the median of {args.rounds} rounds that alternate the builds. Goal: tracing off
 ≤ 1.02× *before* (*off, no metrics*); *off* adds the metrics (a dict update per call, and
-the flush thread's hand-over to Ray once a second).""")
+the flush thread's hand-over to Ray once a second). In one process *off* and *off, no
+metrics* run the same code (metrics need Ray), so their gap there is this machine's noise;
+the instruction counts (next table, `--instructions`) are exact.""")
     print(json.dumps({"us": us, "cpu_ms": cpu, "calls_s": rate}, indent=1))
 
 
