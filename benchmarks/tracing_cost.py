@@ -36,7 +36,7 @@ from _results import table, write_section  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "1161c5a"  # the commit before "Traces and metrics of the fleet"
 
-IN_PROCESS = r'''
+ONE_PROCESS = r'''
 import asyncio, json, sys, time
 from dsh_actors import InMemoryRegistry, define_tool, text_block
 if sys.argv[1] == "on":
@@ -50,6 +50,9 @@ registry.on("tools/post-execute", lambda e, r, call_next: call_next())
 async def go(n):
     for i in range(n):
         await registry.execute({"call_id": f"c{i}", "name": "echo", "arguments": {"text": "x"}, "agent": "a"})
+'''
+
+IN_PROCESS = ONE_PROCESS + r'''
 asyncio.run(go(2000))
 best = []
 for _ in range(5):
@@ -109,20 +112,7 @@ def run(script: str, build: Path, variant: str) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-COUNTED = r'''
-import asyncio, sys
-from dsh_actors import InMemoryRegistry, define_tool, text_block
-if sys.argv[1] == "on":
-    from dsh_actors.core import telemetry
-    telemetry.configure()
-registry = InMemoryRegistry()
-registry.register(define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}},
-                              execute=lambda a, c: [text_block(a["text"])]))
-registry.on("tools/pre-execute", lambda e, call_next: call_next())
-registry.on("tools/post-execute", lambda e, r, call_next: call_next())
-async def go(n):
-    for i in range(n):
-        await registry.execute({"call_id": f"c{i}", "name": "echo", "arguments": {"text": "x"}, "agent": "a"})
+COUNTED = ONE_PROCESS + r'''
 asyncio.run(go(int(sys.argv[2])))
 '''
 

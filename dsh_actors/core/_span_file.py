@@ -23,6 +23,8 @@ class JsonLinesSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         for span in spans:
             context, parent = span.get_span_context(), span.parent
+            if context is None:
+                continue
             line: dict[str, Any] = {
                 "name": span.name, "trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}",
                 "parent_id": f"{parent.span_id:016x}" if parent is not None else None,

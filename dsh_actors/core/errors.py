@@ -1,24 +1,62 @@
 """The error tree, and how any raised value becomes a model-facing error result.
 
-::
+Every error the package raises is a :class:`HarnessError` with a stable ``code``; this is
+all of them (the core defines the first group; the others live where they are raised,
+named by module; ``tests/core/test_errors.py`` checks that this tree lists every class
+there is, with its code, and that each one pickles)::
 
-    HarnessError                      code HARNESS_ERROR
-    ├── ToolArgsError                 INVALID_ARGS         (violations)
-    ├── OutputSchemaError             UNSUPPORTED_SCHEMA   (violations)
-    ├── ToolNotFoundError             UNKNOWN_TOOL         (tool_name)
-    ├── CodeRunFailedError            CODE_RUN_FAILED
-    ├── ToolTimeoutError              TOOL_TIMEOUT         (timeout_ms)
-    ├── ExecutionCancelledError       CANCELLED            the call (or its body) was cancelled
-    ├── ProcessControlError           PROCESS_CONTROL      tool or policy code raised KeyboardInterrupt,
-    │                                                      SystemExit, GeneratorExit, … (contained)
-    ├── MalformedDecisionError        MALFORMED_DECISION   (stage)
-    ├── MalformedResultError          MALFORMED_RESULT
-    ├── UnreachableVariantError       UNREACHABLE
+    HarnessError                        HARNESS_ERROR
+    ├── a call's outcome (an error result carries it):
+    │   ├── ToolArgsError               INVALID_ARGS         (violations)
+    │   ├── OutputSchemaError           UNSUPPORTED_SCHEMA   (violations)
+    │   ├── ToolNotFoundError           UNKNOWN_TOOL         (tool_name)
+    │   ├── CodeRunFailedError          CODE_RUN_FAILED
+    │   ├── ToolTimeoutError            TOOL_TIMEOUT         (timeout_ms)
+    │   ├── ExecutionCancelledError     CANCELLED            the call (or its body) was cancelled
+    │   ├── ProcessControlError         PROCESS_CONTROL      tool or policy code raised KeyboardInterrupt,
+    │   │                                                    SystemExit, GeneratorExit, … (contained)
+    │   ├── MalformedDecisionError      MALFORMED_DECISION   (stage)
+    │   ├── MalformedResultError        MALFORMED_RESULT
+    │   ├── UnreachableVariantError     UNREACHABLE
+    │   ├── InvalidExecutionInputError  INVALID_INPUT        core.pipeline.create
+    │   ├── GuardError                  MALFORMED_GUARD      core.pipeline.guards
+    │   ├── PresentationError           INVALID_VIEW         core.presentation
+    │   └── McpError                    MCP_ERROR            runtime.mcp_adapter
+    ├── the Ray runtime (runtime.errors):
+    │   ├── WorkerCrashedError          WORKER_CRASHED       its executor or task died
+    │   ├── ObjectLostError             OBJECT_LOST
+    │   ├── PolicyUnavailableError      POLICY_UNAVAILABLE   a policy actor is gone
+    │   ├── ScopeUnavailableError       SCOPE_UNAVAILABLE
+    │   ├── RegistryUnavailableError    REGISTRY_UNAVAILABLE
+    │   ├── PlacementError              PLACEMENT_FAILED     no node can run the body
+    │   └── RayRuntimeError             RAY_ERROR            any other error from Ray
+    ├── Code Mode:
+    │   ├── CodeRuntimeMissingError     CODE_RUNTIME_MISSING codemode.transport
+    │   └── SandboxUnavailableError     SANDBOX_UNAVAILABLE  codemode.isolation
+    ├── session logs:
+    │   ├── InvalidEventError           INVALID_EVENT        log.events (also a ValueError)
+    │   ├── LogCorruptError             LOG_CORRUPT          log.frames
+    │   └── SessionLogWriteError        LOG_WRITE_FAILED     runtime.session
+    ├── the agent and the batch job:
+    │   ├── ModelError                  MODEL_ERROR          agent.model (stop)
+    │   ├── ScorerError                 SCORER               agent.scoring
+    │   ├── PromptAssemblyError         PROMPT_ASSEMBLY      prompt (also a ValueError)
+    │   ├── WorkspaceError              WORKSPACE            tools.workspace
+    │   ├── ToolFailedError             TOOL_FAILED          eval.episode_run
+    │   ├── PluginError                 PLUGIN               eval.plugins
+    │   ├── RunFolderError              RUN_FOLDER           eval.job
+    │   └── ExportError                 EXPORT               eval.export
     └── misuse, raised eagerly at registration/definition time (never during a call):
-        ├── DefinitionError           INVALID_DEFINITION   (also a TypeError)
-        ├── DuplicateToolError        DUPLICATE_TOOL       (also a ValueError)
-        ├── ReservedNameError         RESERVED_NAME        (also a ValueError)
-        └── RestrictionError          INVALID_RESTRICTION  (also a ValueError)
+        ├── DefinitionError             INVALID_DEFINITION   (also a TypeError)
+        ├── DuplicateToolError          DUPLICATE_TOOL       (also a ValueError)
+        ├── ReservedNameError           RESERVED_NAME        (also a ValueError)
+        └── RestrictionError            INVALID_RESTRICTION  (also a ValueError)
+
+Outside the tree, as the specification has them: ``AbortError`` (core.signal, what an
+aborted signal raises), ``FrozenValueError`` (a ``TypeError``: a frozen value was changed)
+and ``NotLosslessJSONError`` (a ``ValueError``: not lossless JSON), both core.jsonvalue.
+Private signals that never leave their module: ``Carried`` (core.boundary), ``ServerError``
+(codemode.forkserver), ``ChannelError`` (codemode.channel), ``_Recorded`` (eval.replay).
 
 Every class has a stable class-level ``code``; ``name`` is the concrete class name;
 :meth:`HarnessError.info` is the ``{name, code}`` an error result carries. Every

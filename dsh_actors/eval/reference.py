@@ -165,8 +165,8 @@ def render_episode_reference() -> str:
     if set(EVENT_DOCS) != set(EVENT_TYPES):
         raise ValueError(f"EVENT_DOCS and EVENT_TYPES differ: {sorted(set(EVENT_DOCS) ^ set(EVENT_TYPES))}")
     for kind, required in EVENT_TYPES.items():
-        fields = ", ".join(f"`{f}`" for f in required) or "—"
-        out.append(f"| `{kind}` | {fields} | {_cell(EVENT_DOCS[kind])} |")
+        listed = ", ".join(f"`{f}`" for f in required) or "—"
+        out.append(f"| `{kind}` | {listed} | {_cell(EVENT_DOCS[kind])} |")
     out += ["", f"## An export row (`{SCHEMA}`)", "", "`dsh-actors export RUN --format jsonl|parquet` writes one "
             "per finished episode. In Parquet, `messages`, `tools` and `tool_events` are JSON text columns "
             "(`messages_json`, `tools_json`, `tool_events_json`) and `usage` is two columns (`prompt_tokens`, "

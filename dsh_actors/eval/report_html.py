@@ -160,7 +160,8 @@ def render_html(summary: dict[str, Any], reports: Sequence[EpisodeReport], logs:
                    f"<td class=n>{_ms(_spent_ms(report))} {_bar(_spent_ms(report) / (top or 1))}</td>"
                    f"<td class=n>{report.calls}</td></tr>")
     out.append("</table>")
-    chosen, seen = [], set()
+    chosen: list[EpisodeReport] = []
+    seen: set[str] = set()
     for report in itertools.chain((r for r in reports if r.status != "ok"), slowest, reports):
         if report.id not in seen and len(chosen) < CARDS_FOR:
             seen.add(report.id)

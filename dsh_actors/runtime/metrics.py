@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 __all__ = ["METRICS", "call_ended", "count", "gauge", "gauge_from", "observe"]
 
-_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000]
+_MS = [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10_000.0, 30_000.0, 60_000.0,
+       300_000.0]
 
 METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dsh_tool_calls": ("counter", "Tool calls ended, by tool, outcome (ok, error, denied) and error code",

@@ -134,19 +134,21 @@ def test_percentiles_interpolate_between_ranks(values, p50, p90):
     assert (percentile(values, 50), percentile(values, 90)) == (p50, p90)
 
 
-def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():
-    async def run(server, token_ids=True):
-        model = ChatModel(ModelConfig(model="m", base_url=server.base_url, max_retries=0, token_ids=token_ids))
-        try:
-            return await model.complete("", [{"role": "user", "content": "hi"}], [])
-        finally:
-            await model.close()
+async def one_turn(server, token_ids=True):
+    """One model turn against ``server``, asking for token ids unless told not to."""
+    model = ChatModel(ModelConfig(model="m", base_url=server.base_url, max_retries=0, token_ids=token_ids))
+    try:
+        return await model.complete("", [{"role": "user", "content": "hi"}], [])
+    finally:
+        await model.close()
 
+
+def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():
     sent = reply("ok", token_ids=[9, 8, 7], prompt_token_ids=[1, 2, 3, 4], logprobs=[-0.1, -0.2, -0.3])
     with ScriptedServer([sent, reply("no ids"), sent]) as server:
-        turn = asyncio.run(run(server))
-        bare = asyncio.run(run(server))
-        unasked = asyncio.run(run(server, token_ids=False))
+        turn = asyncio.run(one_turn(server))
+        bare = asyncio.run(one_turn(server))
+        unasked = asyncio.run(one_turn(server, token_ids=False))
     assert (turn.tokens.prompt_ids, turn.tokens.completion_ids, turn.tokens.logprobs) == (
         [1, 2, 3, 4], [9, 8, 7], [-0.1, -0.2, -0.3])
     assert server.requests[0]["return_token_ids"] is True and server.requests[0]["logprobs"] is True
@@ -155,17 +157,10 @@ def test_token_ids_are_kept_as_the_endpoint_sent_them_or_said_missing():
 
 
 def test_token_ids_are_read_where_sglang_puts_them():
-    async def run(server):
-        model = ChatModel(ModelConfig(model="m", base_url=server.base_url, max_retries=0, token_ids=True))
-        try:
-            return await model.complete("", [{"role": "user", "content": "hi"}], [])
-        finally:
-            await model.close()
-
     sent = reply("ok", token_ids=[9, 8, 7], prompt_token_ids=[1, 2, 3, 4], logprobs=[-0.1, -0.2, -0.3])
     with ScriptedServer([sent, reply("no ids")], speaks="sglang") as server:
-        turn = asyncio.run(run(server))
-        bare = asyncio.run(run(server))
+        turn = asyncio.run(one_turn(server))
+        bare = asyncio.run(one_turn(server))
     asked = server.requests[0]
     assert asked["return_token_ids"] is asked["return_prompt_token_ids"] is asked["return_meta_info"] is True
     assert (turn.tokens.prompt_ids, turn.tokens.completion_ids, turn.tokens.logprobs) == (

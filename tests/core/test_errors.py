@@ -73,3 +73,46 @@ def test_a_non_exception_with_a_string_message_attribute_gives_that_message():
 
     assert error_message(Thing()) == "from attribute"
     assert error_message(42) == "42"
+
+
+def _every_harness_error():
+    """Every HarnessError subclass the package defines (all its modules imported)."""
+    import importlib
+    import pkgutil
+
+    import dsh_actors
+
+    for module in pkgutil.walk_packages(dsh_actors.__path__, "dsh_actors."):
+        if not module.name.endswith("__main__") and ".codemode._" not in module.name:
+            importlib.import_module(module.name)
+    found, stack = [], list(HarnessError.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        if cls not in found and cls.__module__.startswith("dsh_actors."):
+            found.append(cls)
+            stack.extend(cls.__subclasses__())
+    return found
+
+
+# The classes whose constructor takes more than a message: the arguments to build one with.
+_ARGUMENTS = {"ToolArgsError": (["a", "b"],), "OutputSchemaError": (["v"],), "ToolNotFoundError": ("ghost",),
+              "ProcessControlError": ('tool "x"', "SystemExit"), "ToolTimeoutError": (250,),
+              "MalformedDecisionError": ("pre-execute", "not a decision"), "ModelError": ("no reply", "max_wall")}
+
+
+def test_the_drawn_tree_lists_every_error_class_with_its_code_and_every_one_pickles():
+    import re
+
+    from dsh_actors.core import errors
+
+    drawn = dict(re.findall(r"[├└]── (\w+Error)\s+([A-Z_]+)", errors.__doc__))
+    classes = _every_harness_error()
+    assert len(classes) >= 38
+    assert {c.__name__: c.code for c in classes} == drawn  # every class drawn, each with its own code
+    assert len(set(drawn.values())) == len(drawn)  # codes are unique
+    for cls in classes:
+        error = cls(*_ARGUMENTS.get(cls.__name__, ("what went wrong",)))
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is cls and str(again) == str(error) and again.__dict__ == error.__dict__, cls
+        assert again.info() == {"name": cls.__name__, "code": cls.code}
+        assert error_result(again)["error"] == {"name": cls.__name__, "code": cls.code}
