@@ -201,10 +201,21 @@ def configure() -> None:
     (spans as JSON lines appended to that file, for offline runs and tests) or the
     standard ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``… through the exporters'
     entry points, with ``OTEL_*`` settings). Needs ``opentelemetry-sdk``; without it, or
-    with neither variable set, nothing happens. A provider already set is kept."""
+    with neither variable set, nothing happens. A provider already set is kept. It never
+    raises: a file it cannot open or an exporter that fails to load leaves tracing off in
+    this process, with a warning in its log."""
     if _configured:
         return
     _configured.append(True)
+    try:
+        _configure()
+    except Exception as exc:  # noqa: BLE001 - a tracing setup that fails must never stop the process's work
+        import logging
+
+        logging.getLogger("dsh_actors.telemetry").warning("tracing is off in this process: %s", exc)
+
+
+def _configure() -> None:
     trace.get_tracer_provider()  # resolves OTEL_PYTHON_TRACER_PROVIDER, if that is how it is set
     if tracing():
         return
@@ -227,7 +238,11 @@ def configure() -> None:
         from importlib.metadata import entry_points
 
         for name in exporter_name.split(","):
-            found = entry_points(group="opentelemetry_traces_exporter", name=name.strip())
+            found = list(entry_points(group="opentelemetry_traces_exporter", name=name.strip()))
+            if not found:
+                known = sorted(e.name for e in entry_points(group="opentelemetry_traces_exporter"))
+                raise ValueError(f"OTEL_TRACES_EXPORTER names {name.strip()!r}, which no installed package provides "
+                                 f"(installed: {', '.join(known) or 'none'})")
             for entry in found:
                 provider.add_span_processor(BatchSpanProcessor(entry.load()()))
     trace.set_tracer_provider(provider)

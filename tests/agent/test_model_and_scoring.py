@@ -166,3 +166,27 @@ def test_token_ids_are_read_where_sglang_puts_them():
     assert (turn.tokens.prompt_ids, turn.tokens.completion_ids, turn.tokens.logprobs) == (
         [1, 2, 3, 4], [9, 8, 7], [-0.1, -0.2, -0.3])  # the logprobs came from meta_info's triples
     assert bare.tokens.missing is not None and bare.tokens.completion_ids is None
+
+
+def test_a_script_file_gives_each_task_its_own_replies_and_a_bad_one_says_where(tmp_path):
+    import json as _json
+
+    from dsh_actors.agent.scripted import by_task, load_script
+
+    path = tmp_path / "script.json"
+    path.write_text(_json.dumps({"Add 2 and 2.": [
+        {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "echo $((2+2))"}}]},
+        {"content": "4", "token_ids": [7], "prompt_token_ids": [1]}]}))
+    respond = by_task(load_script(str(path)))
+    first = respond({"messages": [{"role": "user", "content": "Add 2 and 2."}]})
+    second = respond({"messages": [{"role": "user", "content": "Add 2 and 2."}, {"role": "assistant"}]})
+    later = respond({"messages": [{"role": "user", "content": "Add 2 and 2."}] + [{"role": "assistant"}] * 5})
+    assert first["tool_calls"] == [{"name": "bash", "arguments": '{"command": "echo $((2+2))"}'}]
+    assert second["content"] == later["content"] == "4" and second["token_ids"] == [7]
+    assert "no replies for the task 'Other?'" in respond({"messages": [{"role": "user", "content": "Other?"}]})[
+        "content"]
+    for bad, said in (([], "a JSON object mapping each task"), ({"t": []}, "non-empty list"),
+                      ({"t": [{"content": "x", "tool": "bash"}]}, "task 't' reply 0: a reply is an object with only")):
+        path.write_text(_json.dumps(bad))
+        with pytest.raises(ValueError, match=said):
+            load_script(str(path))
