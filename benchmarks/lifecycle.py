@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import table, write_section  # noqa: E402
+from dsh_actors.eval.reports import percentile  # noqa: E402
 
 import msgpack  # noqa: E402
 
@@ -44,8 +45,7 @@ echo = define_tool(name="echo", description="echo", parameters={"text": {"type":
 
 
 def pct(samples, p):
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+    return percentile(list(samples), p)  # the one percentile helper (interpolated), as the job's summary uses
 
 
 async def abort_latency(registry: ToolRegistry, rounds: int) -> str:

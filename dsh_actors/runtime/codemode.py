@@ -35,6 +35,7 @@ from ..codemode.transport import build_run_code
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
 from . import metrics
+from .backoff import WHILE_RESTARTING
 from .calls import Call, CallInput
 from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
 from .executor import ExecutorCore
@@ -48,7 +49,7 @@ from .wire import Outcome
 __all__ = ["DISPATCH_MODES", "QUEUE_OPTIONS", "CodeRunQueue", "ray_run_code"]
 
 
-_OPEN_TRIES = 20
+_OPENING = WHILE_RESTARTING.within(5.0)  # a run waits this long for a Code Mode queue to answer
 
 
 class _Run:
@@ -174,18 +175,20 @@ def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any
     that dies under a sub-call fails that sub-call with a coded text."""
     async def opened(run_id: str) -> Any:
         here = this_node()
-        for _ in range(_OPEN_TRIES):
+        for pause in _OPENING.pauses():
             local = [entry for entry in pool if entry[1] == here]
             queue, node = random.choice(local or pool)
             try:
                 await queue.open.remote(run_id)
                 return queue
             except ACTOR_GONE as exc:
+                if pause is None:
+                    break
                 if died_for_good(exc):
                     fresh = await owner(registry, namespace).link.call("code_queue", queue._actor_id.hex())
                     pool[:] = [fresh if q._actor_id == queue._actor_id else (q, n) for q, n in pool]
                 else:
-                    await asyncio.sleep(0.2)  # Ray is restarting it
+                    await asyncio.sleep(pause)  # Ray is restarting it
         raise WorkerCrashedError("no Code Mode queue actor is available for this run")
 
     def dispatch(run_signal: Any) -> Any:

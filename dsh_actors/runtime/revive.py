@@ -15,12 +15,12 @@ from typing import Any, Callable
 import ray
 
 from ..core.errors import HarnessError
+from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, translate
 
 __all__ = ["live_actor", "live_actor_async", "release"]
 
-_ATTEMPTS = 40
-_PAUSE_S = 0.25
+_REVIVAL = WHILE_RESTARTING.within(10.0)  # a named actor made again answers within seconds, or never
 
 
 def release(handle: Any) -> None:
@@ -34,28 +34,28 @@ def release(handle: Any) -> None:
 def live_actor(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: str,
                unavailable: type[HarnessError]) -> tuple[Any, Any]:
     """``(handle, probe's answer)`` from a named actor that answered (blocking)."""
-    for attempt in range(_ATTEMPTS):
+    for pause in _REVIVAL.pauses():
         handle = create()
         try:
             return handle, ray.get(probe(handle), timeout=120)
         except ACTOR_GONE as exc:
-            if attempt == _ATTEMPTS - 1:
+            if pause is None:
                 raise translate(exc, actor=unavailable, what=what) from None
             release(handle)
-            time.sleep(_PAUSE_S)
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 
 async def live_actor_async(create: Callable[[], Any], probe: Callable[[Any], Any], *, what: str,
                            unavailable: type[HarnessError]) -> tuple[Any, Any]:
     """The same for async code (an actor's method)."""
-    for attempt in range(_ATTEMPTS):
+    for pause in _REVIVAL.pauses():
         handle = create()
         try:
             return handle, await asyncio.wait_for(probe(handle), 120)
         except ACTOR_GONE as exc:
-            if attempt == _ATTEMPTS - 1:
+            if pause is None:
                 raise translate(exc, actor=unavailable, what=what) from None
             release(handle)
-            await asyncio.sleep(_PAUSE_S)
+            await asyncio.sleep(pause)
     raise AssertionError("unreachable")

@@ -39,6 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..core.errors import HarnessError, error_message
 from ..log import FrameFile, FsyncPolicy, InvalidEventError, check_event, derive_messages
+from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
 from .local import ensure_ray
 from .response import Response
@@ -53,7 +54,6 @@ append it was running is never retried. Detached: whichever process happens to m
 it serves every process on its node and must not end with that one."""
 
 _KV_NAMESPACE = "dsh_actors"
-_WRITER_TRIES, _WRITER_PAUSE_S = 120, 0.25  # up to 30 s for Ray to restart a writer
 _FSYNC_POLICIES = ("always", "interval", "never")
 
 
@@ -379,13 +379,13 @@ class SessionLog:
         restarts it — and record where it is open (blocking; in async code,
         :meth:`open_async`)."""
         log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
-        for attempt in range(_WRITER_TRIES):
+        for pause in WHILE_RESTARTING.pauses():
             try:
                 ray.get(log._open_on(log._handle()), timeout=120)
                 return log._published()
             except ACTOR_GONE as exc:
-                log._writer_failed(exc, attempt)
-                time.sleep(_WRITER_PAUSE_S)
+                log._writer_failed(exc, pause is None)
+                time.sleep(pause or 0)
         raise AssertionError("unreachable")
 
     @classmethod
@@ -399,19 +399,19 @@ class SessionLog:
     async def _resent(self, send: Callable[[Any], Awaitable[Any]]) -> Any:
         """``send(writer)``, sent again while Ray restarts the writer (or after one dead
         for good is made again): for what runs nothing twice — opens and reads."""
-        for attempt in range(_WRITER_TRIES):
+        for pause in WHILE_RESTARTING.pauses():
             try:
                 return await send(await self._handle_async())
             except ACTOR_GONE as exc:
-                self._writer_failed(exc, attempt)
-                await asyncio.sleep(_WRITER_PAUSE_S)
+                self._writer_failed(exc, pause is None)
+                await asyncio.sleep(pause or 0)
         raise AssertionError("unreachable")
 
-    def _writer_failed(self, exc: BaseException, attempt: int) -> None:
+    def _writer_failed(self, exc: BaseException, last: bool) -> None:
         """A writer call that ran nothing failed: one dead for good is made again at the
         next :meth:`_handle`, one restarting is waited for; the last attempt raises."""
         remember_dead(exc)
-        if attempt == _WRITER_TRIES - 1:
+        if last:
             raise translate(exc, actor=RayRuntimeError, what=f"the session log {self._key!r}") from None
 
     @classmethod

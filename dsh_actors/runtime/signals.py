@@ -16,18 +16,17 @@ import asyncio
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 
 from ..core.signal import AbortController, AbortSignal
+from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, died_for_good
 
 __all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "send_signal", "signal_of"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
-_RETRY_S = 0.2  # while the hub restarts
-_RETRIES = 150  # ≈ 30 s: longer than Ray takes to restart an actor here
 
 
 # Restarted by Ray if its process dies: the waits open on it fail and are re-opened, and
@@ -123,25 +122,27 @@ def publish_signal(signal: AbortSignal, hub: HubRef) -> tuple[str, Callable[[], 
     return signal_id, remove
 
 
-def _retrying(hub: HubRef, send: Callable[[Any], Any], done: Callable[[Any], object], tries: int = _RETRIES,
-              stopped: Callable[[], bool] = lambda: False) -> None:
+def _retrying(hub: HubRef, send: Callable[[Any], Any], done: Callable[[Any], object],
+              stopped: Callable[[], bool] = lambda: False, pauses: Iterator[float | None] | None = None) -> None:
     """Send a call to the hub; while the hub is dead or restarting, send it again (a short
     timer each time, never blocking the caller), then hand the answer to ``done``."""
     handle = hub.handle
+    left = pauses if pauses is not None else WHILE_RESTARTING.pauses()
 
     def arrived(future: Any) -> None:
         try:
             value = future.result()
         except ACTOR_GONE as exc:
             dead = died_for_good(exc)
-            if tries > 0 and not stopped():
+            pause = next(left)
+            if pause is not None and not stopped():
                 def again() -> None:
                     if not ray.is_initialized():  # the connection ended: never start a new Ray
                         return
                     if dead:
                         hub.died(handle)
-                    _retrying(hub, send, done, tries - 1, stopped)
-                timer = threading.Timer(_RETRY_S, again)
+                    _retrying(hub, send, done, stopped, left)
+                timer = threading.Timer(pause, again)
                 timer.daemon = True
                 timer.start()
             return
