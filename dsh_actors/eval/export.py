@@ -19,6 +19,7 @@ conversation per row (``messages``, ``tools``) as chat fine-tuning reads it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -180,54 +181,87 @@ SHAPES = {"episodes": lambda rows: rows, "rl": to_rl_rows, "messages": to_messag
 _JSON_COLUMNS = ("messages", "tools", "tool_events")  # shapes vary per row: JSON text in Parquet
 
 
-def _parquet(rows: list[dict[str, Any]], shape: str, out: str | Path) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ExportError("parquet export needs pyarrow: pip install 'dsh-actors[export]'") from None
-    flat = []
-    for row in rows:
-        cells = {k: v for k, v in row.items() if k not in (*_JSON_COLUMNS, "usage")}
-        if "usage" in row:
-            cells.update(row["usage"])
-        cells.update({f"{k}_json": json.dumps(row.get(k), ensure_ascii=False) for k in _JSON_COLUMNS if k in row
-                      or (shape == "messages" and k == "tools")})
-        flat.append(cells)
+_BATCH = 1000  # rows per Parquet row group: a run of any size is written in bounded memory
+
+
+def _flat(row: dict[str, Any], shape: str) -> dict[str, Any]:
+    cells = {k: v for k, v in row.items() if k not in (*_JSON_COLUMNS, "usage")}
+    if "usage" in row:
+        cells.update(row["usage"])
+    cells.update({f"{k}_json": json.dumps(row.get(k), ensure_ascii=False) for k in _JSON_COLUMNS if k in row
+                  or (shape == "messages" and k == "tools")})
+    return cells
+
+
+def _schema(shape: str) -> Any:
+    import pyarrow as pa
+
     ids, floats = pa.list_(pa.int64()), pa.list_(pa.float64())
     if shape == "episodes":
         turn = pa.struct([("prompt_ids", ids), ("completion_ids", ids), ("logprobs", floats),
                           ("loss_mask", pa.list_(pa.int8()))])
         whole = pa.struct([("prompt_ids", ids), ("response_ids", ids), ("loss_mask", pa.list_(pa.int8())),
                            ("logprobs", floats)])
-        schema = pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
-                            ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
-                            ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
-                            ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
-                            ("episode_tokens", whole), ("episode_tokens_missing", pa.string()),
-                            ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
-                            ("messages_json", pa.string()), ("tools_json", pa.string()),
-                            ("tool_events_json", pa.string())], metadata={"schema": SCHEMA})
-    elif shape == "rl":  # the prompt as a list of {role, content}: what RL trainers' datasets read
+        return pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
+                          ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
+                          ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
+                          ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
+                          ("episode_tokens", whole), ("episode_tokens_missing", pa.string()),
+                          ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+                          ("messages_json", pa.string()), ("tools_json", pa.string()),
+                          ("tool_events_json", pa.string())], metadata={"schema": SCHEMA})
+    if shape == "rl":  # the prompt as a list of {role, content}: what RL trainers' datasets read
         prompt = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-        schema = pa.schema([("id", pa.string()), ("prompt", prompt), ("messages_json", pa.string()),
-                            ("reward", pa.float64())])
-    else:
-        schema = pa.schema([("messages_json", pa.string()), ("tools_json", pa.string())])
-    pq.write_table(pa.Table.from_pylist(flat, schema=schema), str(out))
+        return pa.schema([("id", pa.string()), ("prompt", prompt), ("messages_json", pa.string()),
+                          ("reward", pa.float64())])
+    return pa.schema([("messages_json", pa.string()), ("tools_json", pa.string())])
+
+
+def _write_parquet(rows: Iterator[dict[str, Any]], shape: str, out: Path) -> int:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError("parquet export needs pyarrow: pip install 'dsh-actors[export]'") from None
+    schema, count, batch = _schema(shape), 0, []
+    with pq.ParquetWriter(str(out), schema) as writer:
+        for row in rows:
+            batch.append(_flat(row, shape))
+            if len(batch) == _BATCH:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                count, batch = count + len(batch), []
+        if batch or not count:  # an empty run is still a file with the schema
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+    return count
+
+
+def _write_jsonl(rows: Iterator[dict[str, Any]], out: Path) -> int:
+    count = 0
+    with open(out, "w", encoding="utf-8") as sink:
+        for row in rows:
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    return count
 
 
 def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl", shape: str = "episodes") -> int:
     """Write ``run_dir``'s episodes to ``out`` as ``jsonl`` or ``parquet`` rows of ``shape``
-    (see :data:`SHAPES`); the row count."""
+    (see :data:`SHAPES`); the row count. Rows are streamed (a run of any size is exported in
+    bounded memory) into a temporary file that replaces ``out`` only once it is whole."""
     if fmt not in ("jsonl", "parquet"):
         raise ExportError(f"export format must be jsonl or parquet; got {fmt!r}")
     if shape not in SHAPES:
         raise ExportError(f"export shape must be one of {', '.join(SHAPES)}; got {shape!r}")
-    rows = list(SHAPES[shape](episode_rows(run_dir)))
-    if fmt == "parquet":
-        _parquet(rows, shape, out)
-        return len(rows)
+    target = Path(out)
+    partial = target.with_name(f".{target.name}.partial")
+    rows = SHAPES[shape](episode_rows(run_dir))
+    try:
+        count = _write_parquet(rows, shape, partial) if fmt == "parquet" else _write_jsonl(rows, partial)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return count
     with open(out, "w", encoding="utf-8") as sink:
         for row in rows:
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -115,3 +115,33 @@ def test_rl_and_conversation_shapes_carry_the_system_prompt_and_tools_the_model_
     assert json.loads(m["tools_json"]) == tools
     with pytest.raises(Exception, match="export shape must be one of episodes, rl, messages"):
         export_run(tmp_path, tmp_path / "x.jsonl", "jsonl", "sft")
+
+
+@pytest.mark.timeout(T)
+def test_rows_are_streamed_in_row_groups_and_a_failed_export_leaves_the_old_file(tmp_path, monkeypatch):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from dsh_actors.core.errors import HarnessError
+    from dsh_actors.eval import export
+    from dsh_actors.eval.reports import EpisodeReport
+    from dsh_actors.log import FrameFile
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "run.json").write_text("{}")
+    for i in range(5):
+        (tmp_path / "reports" / f"e{i}.json").write_text(json.dumps(EpisodeReport(id=f"e{i}", agent=f"a{i}").to_json()))
+        with FrameFile(tmp_path / "logs" / f"e{i}.log") as log:
+            log.append({"type": "user/message", "content": f"task {i}"})
+    monkeypatch.setattr(export, "_BATCH", 2)
+    assert export.export_run(tmp_path, tmp_path / "e.parquet", "parquet") == 5
+    stored = pq.ParquetFile(tmp_path / "e.parquet")
+    assert stored.metadata.num_row_groups == 3 and stored.metadata.num_rows == 5
+    assert [r["id"] for r in stored.read().to_pylist()] == [f"e{i}" for i in range(5)]
+    (tmp_path / "kept.jsonl").write_text("an earlier export\n")
+    with pytest.raises(HarnessError, match="not a dsh-actors run folder"):
+        export.export_run(tmp_path / "reports", tmp_path / "kept.jsonl")
+    assert (tmp_path / "kept.jsonl").read_text() == "an earlier export\n"  # replaced only by a whole export
+    assert not list(tmp_path.glob(".*.partial"))
