@@ -15,7 +15,9 @@ import asyncio
 import dataclasses
 import inspect
 import io
+import os
 import shutil
+import threading
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,12 +138,68 @@ def started_report(episode: Episode, node: str | None, attempt: int, model: str 
     return report
 
 
+_SNAPSHOT_BYTES, _SNAPSHOT_FILES = 8 << 20, 2000  # a template up to this size is copied from memory
+_snapshots: dict[Path, tuple[list[str], list[tuple[str, bytes, int]]] | None] = {}
+_snapshots_lock = threading.Lock()
+
+
+def _snapshot(template: Path) -> tuple[list[str], list[tuple[str, bytes, int]]] | None:
+    """The template's folders and files (bytes and mode), read once per process; ``None``
+    for one too large to hold or holding links (it is copied from disk instead)."""
+    with _snapshots_lock:
+        if template in _snapshots:
+            return _snapshots[template]
+    folders: list[str] = []
+    files: list[tuple[str, bytes, int]] = []
+    size, snapshot = 0, None
+    for root, names, leaves in os.walk(template):
+        if any(os.path.islink(os.path.join(root, name)) for name in names + leaves):
+            break  # links are copied as copytree copies them
+        here = Path(root).relative_to(template)
+        folders += [str(here / name) for name in sorted(names)]
+        for leaf in sorted(leaves):
+            path = Path(root) / leaf
+            data = path.read_bytes()  # a link inside the template is followed, as copytree does
+            size += len(data)
+            files.append((str(here / leaf), data, path.stat().st_mode & 0o777))
+        if size > _SNAPSHOT_BYTES or len(files) > _SNAPSHOT_FILES:
+            break  # too large to hold: copied from disk too
+    else:
+        snapshot = (folders, files)
+    with _snapshots_lock:
+        _snapshots[template] = snapshot
+    return snapshot
+
+
+def _copy_template(template: Path, workspace: Path) -> None:
+    """A fresh copy of ``template`` at ``workspace``: from memory (plain syscalls; the
+    template is read once per process), or with ``copytree`` for a large one."""
+    snapshot = _snapshot(template)
+    if snapshot is None:
+        shutil.copytree(template, workspace)
+        return
+    folders, files = snapshot
+    workspace.mkdir(parents=True)
+    for folder in folders:
+        os.mkdir(workspace / folder)
+    for name, data, mode in files:
+        fd = os.open(workspace / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            os.fchmod(fd, mode)  # the template's mode exactly, whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+
 def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Path, Path]:
     """The episode's own copy of the workspace on this node, and the path of its log (a
     log or workspace left by an earlier attempt is removed: this one starts again)."""
     workspace = files.workspaces.parent / episode.agent_id
-    shutil.rmtree(workspace, ignore_errors=True)
-    shutil.copytree(template, workspace)
+    if os.path.lexists(workspace):
+        shutil.rmtree(workspace, ignore_errors=True)
+    _copy_template(template, workspace)
     logs = files.logs()
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{episode.id}.log"
