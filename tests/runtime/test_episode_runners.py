@@ -43,12 +43,12 @@ def marking_tool(folder, name="mark", sleep_s=0.0):
                        execute=body)
 
 
-def episode(i, calls=3, file_work=True):
+def episode(i, calls=3, file_work=True, prefix="ep"):
     turns = [{"calls": [{"name": "mark", "arguments": {"n": n}}]} for n in range(calls)]
     if file_work:
         turns.append({"calls": [{"name": "write_file", "arguments": {"path": "mine.txt", "content": f"ep-{i}"}}]})
         turns.append({"calls": [{"name": "read_file", "arguments": {"path": "mine.txt"}}]})
-    return {"id": f"ep-{i:03d}", "turns": turns}
+    return {"id": f"{prefix}-{i:03d}", "turns": turns}
 
 
 def markers(folder):
@@ -307,12 +307,15 @@ def test_when_every_runner_keeps_dying_each_episode_still_ends_in_exactly_one_re
 
 def test_leaving_the_report_stream_early_ends_the_jobs_runners(ray_cluster, tmp_path):
     async def first_only():
-        async with contextlib.aclosing(run_episodes([episode(i, file_work=False) for i in range(6)], name="quitter",
+        # Agents of their own: the job before this one left its killed runners' agents' sessions open.
+        async with contextlib.aclosing(run_episodes([episode(i, file_work=False, prefix="quit") for i in range(6)],
+                                                    name="quitter",
                                                     tools=[marking_tool(tmp_path)], reference_tools=False)) as stream:
             async for report in stream:
                 return report
 
-    assert asyncio.run(first_only()).status == "ok"
+    first = asyncio.run(first_only())
+    assert first.status == "ok", first.message
     deadline = time.monotonic() + 30
     while _runners("quitter") and time.monotonic() < deadline:
         time.sleep(0.2)
