@@ -68,7 +68,7 @@ value into ``{content: [{type: text, text: "Error: …"}], is_error: True, error
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .jsonvalue import compact
 
@@ -91,6 +91,7 @@ __all__ = [
     "error_info",
     "error_message",
     "error_result",
+    "outcome_of",
     "unreachable",
 ]
 
@@ -291,6 +292,17 @@ def error_info(thrown: object) -> dict[str, str] | None:
     except Exception:
         pass
     return None
+
+
+def outcome_of(result: Any) -> tuple[str, str]:
+    """How a call ended, from its result (a mapping or a logged ``tool/result`` event):
+    ``("ok", "")``, ``("error", code)`` for a failure with a harness code, or
+    ``("denied", "")`` for a policy's denial or block (an error result with no code)."""
+    if not result.get("is_error"):
+        return "ok", ""
+    error = result.get("error")
+    code = error.get("code") if isinstance(error, Mapping) else None
+    return ("error", str(code)) if code else ("denied", "")
 
 
 def error_result(thrown: object) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 __all__ = ["TRACER", "agent_span", "carrier", "chat_span", "configure", "decided", "on_denial", "record_chat",
-           "record_result", "span_from", "stage", "staged", "tool_span", "tracing"]
+           "record_result", "span_from", "staged", "tool_span", "tracing"]
 
 TRACER = trace.get_tracer("dsh_actors")
 _UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -48,11 +48,6 @@ def tracing() -> bool:
     if provider is _MISSING:  # an API without that global: the public (slower) way
         return not isinstance(trace.get_tracer_provider(), _UNSET)
     return provider is not None and not isinstance(provider, _UNSET)
-
-
-def stage(name: str) -> Any:
-    """A context manager: the stage's child span, or nothing when not tracing."""
-    return TRACER.start_as_current_span(name) if tracing() else _OFF
 
 
 async def staged(name: str, work: Awaitable[Any]) -> Any:

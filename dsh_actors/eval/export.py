@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..agent.model import content_text, to_chat_messages
-from ..core.errors import HarnessError
+from ..core.errors import HarnessError, outcome_of
 from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
 from .reports import EpisodeReport
@@ -78,11 +78,10 @@ def _tool_events(events: list[dict[str, Any]], report: EpisodeReport) -> list[di
     durations = report.latencies_ms if len(report.latencies_ms) == len(results) else [None] * len(results)
     rows = []
     for event, duration in zip(results, durations):
-        code = (event.get("error") or {}).get("code") if isinstance(event.get("error"), dict) else None
+        decision, code = outcome_of(event)
         rows.append({"name": event["name"], "call_id": event["call_id"], "arguments": thaw(event.get("arguments")),
-                     "result": content_text(thaw(event["content"])), "is_error": event["is_error"], "error_code": code,
-                     "decision": "ok" if not event["is_error"] else ("error" if code else "denied"),
-                     "duration_ms": duration})
+                     "result": content_text(thaw(event["content"])), "is_error": event["is_error"],
+                     "error_code": code or None, "decision": decision, "duration_ms": duration})
     return rows
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import outcome_of
 from .episodes import EpisodeError
 
 __all__ = ["EpisodeReport", "classify", "markdown_of", "percentile", "summary_of"]
@@ -91,12 +92,13 @@ def classify(report: EpisodeReport, result: Any, seconds: float, tool: str = "")
     report.calls += 1
     report.latencies_ms.append(seconds * 1000)
     report.call_tools.append(tool)
-    if not result.is_error:
+    outcome, code = outcome_of(result)
+    if outcome == "ok":
         report.ok += 1
-    elif result.error is None:
+    elif outcome == "denied":
         report.denied += 1  # a policy's denial or block: no harness error class
     else:
-        report.errors[result.error["code"]] += 1  # tool failures (TOOL_FAILED) and harness errors
+        report.errors[code] += 1  # tool failures (TOOL_FAILED) and harness errors
 
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import ray
 
 from ..core.body import BODY_RUNNER
-from ..core.errors import ToolTimeoutError
+from ..core.errors import ToolTimeoutError, outcome_of
 from ..core import pipeline, telemetry
 from ..core.jsonvalue import FrozenDict
 from ..core.pipeline import ExecutionPlan
@@ -258,11 +258,7 @@ class _Placement:
 # --- the executor ----------------------------------------------------------------------------
 
 def _count_call(tool: str, result: Any, seconds: float) -> None:
-    if not result.get("is_error"):
-        metrics.call_ended(tool, "ok", "", seconds * 1000)
-        return
-    error = result.get("error")
-    metrics.call_ended(tool, "error" if error else "denied", str(error["code"]) if error else "", seconds * 1000)
+    metrics.call_ended(tool, *outcome_of(result), seconds * 1000)
 
 
 def _count_denial(stage: str, kind: str, tool: str) -> None:
