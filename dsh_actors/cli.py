@@ -144,7 +144,6 @@ def _eval(args: argparse.Namespace) -> int:
     import asyncio
 
     from .eval.job import example_episodes, run_eval
-    from .runtime.local import ensure_ray
 
     from .agent import ModelConfig
     from .eval.job import PluginError, RunFolderError
@@ -158,7 +157,6 @@ def _eval(args: argparse.Namespace) -> int:
         model = ModelConfig(model=args.model, api_key_env=args.api_key_env, concurrency=args.model_concurrency,
                             token_ids=args.token_ids,
                             **({"base_url": args.base_url} if args.base_url else {}))
-    ensure_ray()
     try:
         summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
                                        live=None if args.quiet else sys.stdout, resume=args.resume,

@@ -8,6 +8,37 @@ import asyncio
 import pytest
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One Ray cluster for the whole test session: a head node and a second node that alone
+    has the custom resource ``dsh_special`` (so placement is observable). Subprocess tests
+    join it through ``RAY_ADDRESS`` instead of starting a Ray of their own."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1",
+        # Metrics reach each node's endpoint every second (Ray's default is 10 s): the
+        # metrics tests scrape them without waiting out the default interval.
+        "_system_config": {"metrics_report_interval_ms": 1000},
+    })
+    special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    cluster.wait_for_nodes()
+    yield {"cluster": cluster, "special_node": special}
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture
+def cluster_env(ray_cluster):
+    """The environment of a subprocess that joins the session's cluster (as under
+    ``ray job submit``): ``RAY_ADDRESS`` set, and no ``PYTHONPATH`` that would let Ray's
+    workers import what only the subprocess's own folder holds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "RAY_ADDRESS": ray_cluster["cluster"].address}
+
+
 @pytest.fixture
 def run():
     """Run a coroutine to completion on a fresh event loop."""

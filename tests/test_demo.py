@@ -2,8 +2,9 @@ import subprocess
 import sys
 
 
-def test_the_demo_prints_each_calls_result_and_cards():
-    out = subprocess.run([sys.executable, "-m", "dsh_actors", "demo"], capture_output=True, text=True, timeout=240)
+def test_the_demo_prints_each_calls_result_and_cards(cluster_env):
+    out = subprocess.run([sys.executable, "-m", "dsh_actors", "demo"], capture_output=True, text=True, timeout=240,
+                         env=cluster_env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "result  (ok) 42" in text

@@ -18,9 +18,10 @@ def test_the_readme_opens_with_the_install_and_run_command_then_the_test_command
     assert second in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_readme_quickstart_runs_as_written():
+def test_the_readme_quickstart_runs_as_written(cluster_env):
     code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README, re.S).group(1)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT,
+                         env=cluster_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         '42 | Error: please do not shout | Error: unknown tool "add" | '

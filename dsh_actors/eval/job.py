@@ -49,6 +49,7 @@ from ..render import render_card
 from ..policies import deadline_policy
 from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
+from ..runtime.local import ensure_ray
 from ..tools import reference_tools
 from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
@@ -333,6 +334,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
     kept = _prepare(out, episodes, resume, overwrite)
+    ensure_ray()  # only now: a refused folder, plugin or episode file never waits for a Ray to start
     reports: dict[str, EpisodeReport] = dict(kept)
     failures = 0
     bar = tqdm(total=len(episodes), initial=len(kept), unit="episode", file=progress, disable=progress is None,

@@ -228,7 +228,7 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
     assert (allowed.ok, allowed.asks) == (1, 1) and (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
 
 
-def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(tmp_path):
+def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(cluster_env, tmp_path):
     (tmp_path / "mytools.py").write_text(
         "from dsh_actors.tools import AgentWorkspaces\n\n"
         "def tools(workspaces: AgentWorkspaces):\n"
@@ -245,7 +245,9 @@ def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(tmp_pa
             {"calls": [{"name": "count_lines", "arguments": {"path": "data.txt"}}]},
             {"calls": [{"name": "write_file", "arguments": {"path": "data.txt", "content": "z\n"}}]},
             {"calls": [{"name": "count_lines", "arguments": {"path": "data.txt"}}]}]}])
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    # The job joins the session's cluster: its workers cannot import mytools, which travels
+    # by value. (The CLI starting a local Ray of its own is the examples test's.)
+    env = cluster_env
     done = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "mytools:tools",
                            "--workspace", str(workspace), "--approvals", "always", "--no-reference-tools",
                            "--out", str(tmp_path / "out"), "--quiet"],

@@ -1,5 +1,9 @@
-"""Registry and agent scopes: registration, shadowing, restrictions, guards, views — each
-scenario under both scope hostings (an actor per agent, and agents sharing host actors)."""
+"""Registry and agent scopes on Ray: registration, shadowing, restrictions, guards, views.
+
+Where the hosting changes the path (a scope's actor made, found, released), a scenario runs
+under both scope hostings (an actor per agent, and agents sharing host actors); the rest run
+under shared hosting (the batch job's), since every other Ray test file drives dedicated
+hosting (the default) and both hostings serve a scope with the same host code."""
 
 import asyncio
 import time
@@ -17,13 +21,17 @@ T = 60
 _counter = iter(range(10**6))
 
 
-@pytest.fixture(params=["dedicated", "shared"])
+@pytest.fixture
 def registry(ray_cluster, request):
     from dsh_actors.runtime import ToolRegistry
 
-    reg = ToolRegistry.connect(f"scopes-{request.param}-{next(_counter)}", scope_hosting=request.param)
+    hosting = getattr(request, "param", "shared")
+    reg = ToolRegistry.connect(f"scopes-{hosting}-{next(_counter)}", scope_hosting=hosting)
     yield reg
     reg.shutdown()
+
+
+both_hostings = pytest.mark.parametrize("registry", ["dedicated", "shared"], indirect=True)
 
 
 def names(definitions):
@@ -34,6 +42,7 @@ def ex(target, call_id="c", name="echo", **args):
     return target.execute(call_id=call_id, name=name, arguments=args).result(T)
 
 
+@both_hostings
 def test_a_registration_returns_a_disposer_and_every_view_sees_it_at_once(registry):
     dispose = registry.register(echo()).result(T)
     assert isinstance(dispose, Disposer)
@@ -60,6 +69,7 @@ def test_misuse_raises_the_same_classes_as_in_process(registry):
         registry.restrict(allow=["echo"])
 
 
+@both_hostings
 def test_several_agents_each_see_their_own_view_through_their_own_scope_actor(registry):
     for tool in ("read", "write", "shell"):
         registry.register(echo(tool)).result(T)
@@ -112,6 +122,7 @@ def test_a_scoped_guard_holds_only_for_its_agent_and_a_prepended_allow_cannot_ov
     assert ex(registry.scope("free"), text="stop").text == "Error: global stop"
 
 
+@both_hostings
 def test_closing_a_scope_disposes_its_tools_restrictions_guards_and_listeners(registry):
     registry.register(echo()).result(T)
     scope = registry.scope("a1")
@@ -205,6 +216,7 @@ class Agent:
         return result.text, [d.name for d in await scope.visible()]
 
 
+@both_hostings
 def test_clients_pickle_and_work_inside_another_actor(registry):
     text, visible = ray.get(Agent.remote().run.remote(registry, registry.scope("remote-agent")), timeout=T)
     assert text == "hello" and visible == ["from-actor"]
