@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from dsh_actors import allow, block, deny
+from dsh_actors import block, deny
 from dsh_actors.core import telemetry
 
 from ..spans import collected

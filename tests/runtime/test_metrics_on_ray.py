@@ -10,7 +10,7 @@ import pytest
 import ray
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsh_actors import deny, text_block
+from dsh_actors import deny
 from dsh_actors.agent import ModelConfig
 from dsh_actors.agent.scripted import ScriptedServer, reply
 from dsh_actors.codemode.runtime import CodeRuntimeConfig
