@@ -36,6 +36,7 @@ __all__ = [
     "ScopeLayer",
     "ToolRestriction",
     "call_fields",
+    "check_frozen",
     "check_guard",
     "check_listener",
     "check_reserved",
@@ -86,6 +87,14 @@ class InMemoryDisposer:
 
 _DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
                       "present_call", "present_result", "is_concurrency_safe", "extras")
+
+
+def check_frozen(definition: Any) -> ToolDefinition:
+    """``definition`` itself, when it is what :func:`snapshot_definition` returns (a
+    registration frozen once, by the client that sent it); else :class:`DefinitionError`."""
+    if not isinstance(definition, ToolDefinition):
+        raise DefinitionError(f"a frozen registration must be a ToolDefinition; got {type(definition).__name__}")
+    return definition
 
 
 def snapshot_definition(definition: Any) -> ToolDefinition:
@@ -452,16 +461,18 @@ class RegistryState:
     def reserved_names(self) -> tuple[str, ...]:
         return tuple(self.reserved)
 
-    def add_tool(self, definition: Any, scope: str | None = None) -> Callable[[], None]:
-        frozen = snapshot_definition(definition)
-        check_reserved(frozen.name, self.reserved_names)
+    def add_tool(self, definition: Any, scope: str | None = None, *, frozen: bool = False) -> Callable[[], None]:
+        """Register ``definition`` (in ``scope``'s layer, or globally); ``frozen``: it is a
+        :func:`snapshot_definition` already (a Ray client froze it once) and is kept as is."""
+        tool = check_frozen(definition) if frozen else snapshot_definition(definition)
+        check_reserved(tool.name, self.reserved_names)
         if scope is None:
-            remove = _add_named(self.globals, frozen, (
-                f'tool "{frozen.name}" is already registered (for a per-agent variant, register '
+            remove = _add_named(self.globals, tool, (
+                f'tool "{tool.name}" is already registered (for a per-agent variant, register '
                 "through that agent's scope, registry.scope(agent_id).register, instead)"))
         else:
             layer = self.layers.get(scope) or ScopeLayer()
-            remove = layer.add_tool(frozen)
+            remove = layer.add_tool(tool)
             self.layers[scope] = layer
         self.touched()
         undo = self._undo(scope, remove, notify=True)

@@ -29,7 +29,7 @@ from .response import NamedActorClient, Response
 from .session import SessionLog
 from .wire import approvals_actor_name
 
-__all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "POLICIES", "check_policy"]
+__all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService", "POLICIES", "check_policy"]
 
 POLICIES = ("ask", "never", "always")
 ANSWERS = ("allowed-once", "rejected")
@@ -77,8 +77,7 @@ async def _still_there(handle: Any, incarnation: str) -> bool:
 """Options of the approval queue actor (a dead one is mounted again, not restarted)."""
 
 
-@ray.remote
-class ApprovalQueueActor:
+class ApprovalQueueService:
     """Pending asks, their answers, the policy, and the session-log records."""
 
     def __init__(self, namespace: str, policy: str = "ask", registry: str = "default") -> None:
@@ -260,3 +259,7 @@ class ApprovalQueue(NamedActorClient):
 
     def policy(self, agent: str | None = None) -> Response[str]:
         return self._call("policy", agent)
+
+
+ApprovalQueueActor = ray.remote(ApprovalQueueService)
+"""The approval queue actor class (options: :data:`APPROVALS_OPTIONS`)."""

@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
 from ..core.errors import DefinitionError, RestrictionError
-from ..core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, call_fields, check_guard, check_listener, \
+from ..core.registry import EXCLUSIVE, RUN_CODE, Event, call_fields, check_guard, check_listener, \
     execution_mode, snapshot_definition
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 from .calls import Call, CallInput
@@ -33,8 +33,8 @@ from .link import RegistryLink
 from .owner import owner
 from .local import ensure_ray
 from .registry_actor import REGISTRY_OPTIONS, RegistryActor
+from .registry_config import RegistryConfig
 from .response import Response
-from .scope_actor import SCOPE_HOSTINGS
 from .revive import live_actor, release
 from .wire import DEFAULT_NAMESPACE
 
@@ -72,8 +72,7 @@ class Disposer:
 # --- the owner anchor: fate-sharing plugins with the process that made them -------------
 
 
-@ray.remote
-class _OwnerAnchor:
+class _OwnerAnchorService:
     """A tiny actor owned by one client process: Ray kills it when that process dies,
     which tells the registry to dispose that process's plugins."""
 
@@ -182,12 +181,9 @@ class ToolRegistry(_Registrar):
         says which to choose when. Connecting to an existing registry with a different
         mode or scope hosting raises.
         """
-        if mode not in MODES:
-            raise DefinitionError(f'tools mode must be one of {", ".join(MODES)}; got {mode!r}')
-        if scope_hosting not in SCOPE_HOSTINGS:
-            raise DefinitionError(f'scope_hosting must be one of {", ".join(SCOPE_HOSTINGS)}; got {scope_hosting!r}')
-        if code_dispatch not in ("queue-actor", "in-task"):
-            raise DefinitionError(f'code_dispatch must be "queue-actor" or "in-task"; got {code_dispatch!r}')
+        config = RegistryConfig(name, namespace, detached=detached, mode=mode, code_runtime=code_runtime,
+                                code_dispatch=code_dispatch, executors=executors, scope_hosting=scope_hosting,
+                                scope_hosts=scope_hosts)  # misuse raises here, before any actor starts
         ensure_ray()
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True,
                                    **REGISTRY_OPTIONS}
@@ -197,17 +193,12 @@ class ToolRegistry(_Registrar):
             ray.get_runtime_context().get_node_id(), soft=False)
         if detached:
             options["lifetime"] = "detached"
-        handle, config = live_actor(
-            lambda: RegistryActor.options(**options).remote(  # type: ignore[attr-defined]
-                name, namespace, detached, mode, code_runtime, code_dispatch, executors=executors,
-                scope_hosting=scope_hosting, scope_hosts=scope_hosts),
+        handle, running = live_actor(
+            lambda: RegistryActor.options(**options).remote(config),  # type: ignore[attr-defined]
             lambda h: h.config.remote(), what=f'registry "{name}"', unavailable=RegistryUnavailableError)
-        actual = config["mode"]
-        if actual != mode:
-            raise DefinitionError(f'registry "{name}" already runs in mode "{actual}", not "{mode}"')
-        if config["scope_hosting"] != scope_hosting:
-            raise DefinitionError(f'registry "{name}" already hosts its scopes "{config["scope_hosting"]}", '
-                                  f'not "{scope_hosting}"; connect with scope_hosting="{config["scope_hosting"]}"')
+        conflict = config.conflicts_with(running)
+        if conflict is not None:
+            raise DefinitionError(conflict)
         return cls(name, namespace, handle, mode)
 
     @property
@@ -462,3 +453,7 @@ class Plugin(_Registrar):
     def dispose(self) -> Response[int]:
         """Dispose every registration of this plugin, last first; resolves to how many."""
         return Response(lambda: self._link.call("dispose_owner", self._owner))
+
+
+_OwnerAnchor = ray.remote(_OwnerAnchorService)
+"""The anchor actor class (fate-shared with its owner's process)."""

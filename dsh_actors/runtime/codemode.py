@@ -46,7 +46,7 @@ from .signals import portable_reason
 from .session import SessionLog
 from .wire import Outcome
 
-__all__ = ["DISPATCH_MODES", "QUEUE_OPTIONS", "CodeRunQueue", "ray_run_code"]
+__all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
 
 
 _OPENING = WHILE_RESTARTING.within(5.0)  # a run waits this long for a Code Mode queue to answer
@@ -64,8 +64,7 @@ QUEUE_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 """Options of a Code Mode queue actor (applied where the registry starts it)."""
 
 
-@ray.remote(concurrency_groups={"control": 2})  # type: ignore[call-overload]  # groups: declared with the class
-class CodeRunQueue:
+class CodeRunQueueService:
     """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
 
     def __init__(self, registry: str, namespace: str) -> None:
@@ -258,9 +257,6 @@ def _recorder(namespace: str) -> Callable[[], Any]:
     return per_run
 
 
-DISPATCH_MODES = ("queue-actor", "in-task")
-
-
 def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None,
                  dispatch: str = "in-task") -> ToolDefinition:
     """The ``run_code`` transport of a Ray registry (its body is a coroutine in an executor).
@@ -276,3 +272,7 @@ def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], conf
                   else _in_task_dispatcher(registry, namespace)),
         record=_recorder(namespace),
     )  # no Ray options: the body is a coroutine in the executor, mostly waiting on sub-calls
+
+
+CodeRunQueue = ray.remote(concurrency_groups={"control": 2})(CodeRunQueueService)  # type: ignore[call-overload]
+"""The Code Mode queue actor class (``abort`` runs in a concurrency group of its own: never behind a sub-call)."""

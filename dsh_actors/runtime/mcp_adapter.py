@@ -30,7 +30,7 @@ from .client import Plugin, ToolRegistry
 from .errors import RAY_ERROR, translate
 from .revive import release
 
-__all__ = ["McpError", "McpPlugin", "McpServerActor"]
+__all__ = ["McpError", "McpPlugin", "McpServerActor", "McpServerService"]
 
 
 class McpError(HarnessError):
@@ -62,8 +62,7 @@ def _log_dir() -> str:
         return tempfile.gettempdir()
 
 
-@ray.remote
-class McpServerActor:
+class McpServerService:
     """Owns one MCP connection. anyio scopes must exit in the task that entered them, so
     one long-lived task holds the client and serves requests from a queue."""
 
@@ -203,7 +202,7 @@ class McpPlugin:
         """Start the connection, discover the tools, register them as ``<prefix><tool>``.
         If any step fails, whatever was started is ended before the error is raised."""
         _server(server)  # misuse fails here, before anything starts
-        actor = McpServerActor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
+        actor: Any = McpServerActor.options(num_cpus=0, max_restarts=0).remote()
         plugin = registry.plugin(f"mcp:{name}")
         try:
             listed, stderr_log = await actor.start.remote(server, timeout_s, name)
@@ -231,3 +230,7 @@ async def _end(plugin: Plugin, actor: Any) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(actor.close.remote(), 15)
     release(actor)
+
+
+McpServerActor = ray.remote(McpServerService)
+"""The MCP server actor class (one per connected server)."""

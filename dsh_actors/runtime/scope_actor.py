@@ -1,6 +1,6 @@
 """Agent scopes on Ray: each agent's scope lives in a scope host actor.
 
-Two hostings, chosen when the registry is connected (:data:`SCOPE_HOSTINGS`):
+Two hostings, chosen when the registry is connected (:data:`~.registry_config.SCOPE_HOSTINGS`):
 ``dedicated`` — one host actor per agent (its own process: isolation, and a crash takes
 one agent's scope with it); ``shared`` — agents hashed onto a fixed set of hosts spread
 over the nodes, so a scope costs kilobytes and no process start. Either way a scope is
@@ -30,12 +30,12 @@ import ray
 
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import Chains, ScopeLayer, check_listener, check_reserved, compile_restriction, compose_plan, \
-    snapshot_definition
+    check_frozen
 from ..core.types import ToolDefinition, ToolSchema
 from .placement import execution_options
 from .wire import PlanTicket
 
-__all__ = ["SCOPE_HOSTINGS", "SCOPE_OPTIONS", "SHARED_HOST_CONCURRENCY", "ScopeCore", "ScopeHost"]
+__all__ = ["SCOPE_OPTIONS", "SHARED_HOST_CONCURRENCY", "ScopeCore", "ScopeHost", "ScopeHostService"]
 
 
 class ScopeCore:
@@ -65,8 +65,9 @@ class ScopeCore:
         self._undo[reg_id] = undo
         return reg_id
 
-    def register(self, definition: Any, reserved: tuple[str, ...] = ()) -> tuple[int, ToolDefinition]:
-        frozen = snapshot_definition(definition)
+    def register(self, definition: ToolDefinition, reserved: tuple[str, ...] = ()) -> tuple[int, ToolDefinition]:
+        """Add a tool the client froze (:func:`~dsh_actors.core.registry.snapshot_definition`)."""
+        frozen = check_frozen(definition)
         check_reserved(frozen.name, reserved)
         execution_options(frozen)
         return self._apply("tool", frozen), frozen
@@ -98,9 +99,6 @@ class ScopeCore:
         return [*global_names, *(n for n in self.layer.tools if n not in global_names)]
 
 
-SCOPE_HOSTINGS = ("dedicated", "shared")
-"""How agent scopes are hosted: one actor per agent, or many agents per host actor."""
-
 SCOPE_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 """Options of a scope host (a dead one is replaced from its agents' journals, not restarted)."""
 
@@ -124,8 +122,7 @@ class _Scope:
             raise RuntimeError(f"the scope of agent {self.core.agent!r} is closed; ask the registry for a new one")
 
 
-@ray.remote
-class ScopeHost:
+class ScopeHostService:
     """Hosts agent scopes: one agent's (``dedicated`` hosting) or every agent hashed to it
     (``shared``). Each scope keeps its own state, its changes applied in order under its
     own lock, its own lifetime (:meth:`close`; the registry's close forgets it too). A
@@ -134,8 +131,9 @@ class ScopeHost:
     behind a change; every method names the agent it serves."""
 
     def __init__(self, registry_name: str, namespace: str,
-                 journals: Mapping[str, list[tuple[int, str, Any]]] | None = None) -> None:
-        self._registry = ray.get_actor(registry_name, namespace=namespace)
+                 journals: Mapping[str, list[tuple[int, str, Any]]] | None = None, registry: Any = None) -> None:
+        # ``registry``: the registry's handle (found by name on Ray; a test passes its own).
+        self._registry = registry if registry is not None else ray.get_actor(registry_name, namespace=namespace)
         self._journals = dict(journals or {})  # replayed into a scope when first asked for
         self._scopes: dict[str, _Scope] = {}
         self._base: tuple[int, ExecutionPlan, Chains] | None = None
@@ -167,14 +165,13 @@ class ScopeHost:
 
     async def _change(self, agent: str, kind: str, make: Callable[[ScopeCore], Any]) -> int:
         """Apply one change to ``agent``'s scope under its lock: validate and apply it
-        (``make``), journal it at the registry, then have the registry publish the new
-        version — all before the change's call returns."""
+        (``make``), then have the registry journal it and publish the new version (one
+        call) — all before the change's call returns."""
         scope = self._scope(agent)
         async with scope.lock:
             scope.check_open()
             reg_id, payload = await make(scope.core)
-            await self._registry.journal_add.remote(agent, reg_id, kind, payload)
-            await self._registry.bump.remote()
+            await self._registry.scope_changed.remote(agent, reg_id, kind, payload)  # one round trip
             return reg_id  # type: ignore[no-any-return]
 
     async def register(self, agent: str, definition: Any) -> int:
@@ -202,8 +199,7 @@ class ScopeHost:
         scope = self._scope(agent)
         async with scope.lock:
             if scope.core.dispose(reg_id):
-                await self._registry.journal_drop.remote(agent, reg_id)
-                await self._registry.bump.remote()
+                await self._registry.scope_disposed.remote(agent, reg_id)
 
     async def close(self, agent: str, forget: bool = False) -> None:
         """Dispose everything ``agent``'s scope registered (the registry closes scopes);
@@ -261,3 +257,7 @@ class ScopeHost:
         if agent is not None:
             self._scope(agent)
         return "pong"
+
+
+ScopeHost = ray.remote(ScopeHostService)
+"""The scope host actor class (the registry's fleet applies its options)."""

@@ -46,7 +46,7 @@ from .response import Response
 from .revive import live_actor, live_actor_async
 from .wire import DEFAULT_NAMESPACE
 
-__all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterCore"]
+__all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterService", "SessionWriterCore"]
 
 SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0, "lifetime": "detached"}
 """Options of a node's session writer: restarted by Ray (its files are durable); an
@@ -164,8 +164,7 @@ class SessionWriterCore:
             self._files.pop(path).close()
 
 
-@ray.remote
-class SessionWriter:
+class SessionWriterService:
     """One node's session writer: a thin shell over :class:`SessionWriterCore` whose
     commits run one at a time on a thread of their own, so requests that arrive during a
     commit form the next group."""
@@ -537,3 +536,6 @@ class SessionLog:
                 pass  # the writer died: nothing of this session is open anymore
         return Response(run)
 
+
+SessionWriter = ray.remote(SessionWriterService)
+"""The session writer actor class (options: :data:`SESSION_WRITER_OPTIONS`)."""

@@ -24,7 +24,7 @@ from ..core.signal import AbortController, AbortSignal
 from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, died_for_good
 
-__all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "link_remote_signal", "portable_reason", "publish_signal", "send_signal", "signal_of"]
+__all__ = ["HUB_OPTIONS", "HubRef", "SignalHub", "SignalHubService", "link_remote_signal", "portable_reason", "publish_signal", "send_signal", "signal_of"]
 
 _KEEP_S = 600.0  # an aborted id is remembered this long for a late watcher
 
@@ -35,8 +35,7 @@ HUB_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 """Options of a signal hub actor (applied where the registry starts it)."""
 
 
-@ray.remote(concurrency_groups={"abort": 2})  # type: ignore[call-overload]  # groups: declared with the class
-class SignalHub:
+class SignalHubService:
     """Holds abort reasons by signal id and wakes the tasks waiting on them.
 
     ``abort`` runs in its own concurrency group — its own thread and event loop — so it
@@ -250,3 +249,7 @@ def signal_of(call: dict[str, Any], hub: Any) -> tuple[AbortSignal | None, Calla
     if call["signal"] is not None:
         return link_remote_signal(hub, call["signal"])
     return None, None
+
+
+SignalHub = ray.remote(concurrency_groups={"abort": 2})(SignalHubService)  # type: ignore[call-overload]
+"""The signal hub actor class (``abort`` runs in a concurrency group of its own: never behind a wait)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ray.experimental import internal_kv
 
-__all__ = ["read_version", "version_key", "write_version"]
+__all__ = ["VersionStore", "read_version", "version_key", "write_version"]
 
 _NAMESPACE = "dsh_actors"
 
@@ -26,3 +26,16 @@ def read_version(key: bytes) -> int:
 
 def write_version(key: bytes, version: int) -> None:
     internal_kv._internal_kv_put(key, str(version).encode(), overwrite=True, namespace=_NAMESPACE)
+
+
+class VersionStore:
+    """One registry's version in the cluster's KV store (what a registry actor publishes to)."""
+
+    def __init__(self, namespace: str, registry: str) -> None:
+        self.key = version_key(namespace, registry)
+
+    def read(self) -> int:
+        return read_version(self.key)
+
+    def write(self, version: int) -> None:
+        write_version(self.key, version)

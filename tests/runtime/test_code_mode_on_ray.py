@@ -45,8 +45,7 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
     assert session.derive_messages().result(T) == []  # dispatch events never surface
     session.close().result(T)
     if code_registry._handle() is not None:
-        queues = ray.get(code_registry._handle().__ray_call__.remote(lambda self: [q for q, _ in self._queues]),
-                         timeout=T)
+        queues = [q for q, _ in ray.get(code_registry._handle().code_queues.remote(), timeout=T)]
         if queues:  # queue-actor dispatch: the run's queue was released after the run
             assert sum(ray.get([q.runs.remote() for q in queues], timeout=T)) == 0
 
@@ -146,7 +145,7 @@ def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_run
 
         registry.register(echo("slow", execute=slow)).result(T)
         registry.register(echo()).result(T)
-        queues = ray.get(registry._handle().__ray_call__.remote(lambda self: [q for q, _ in self._queues]), timeout=T)
+        queues = [q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)]
 
         async def scenario():
             run = asyncio.ensure_future(registry.execute(call_id="k", name="run_code", arguments={

@@ -4,7 +4,7 @@ import pytest
 
 from dsh_actors import DuplicateToolError, RestrictionError
 from dsh_actors.core.registry import compose_plan
-from dsh_actors.runtime.registry_actor import RegistryCore
+from dsh_actors.runtime.registry_core import RegistryCore
 from dsh_actors.runtime.scope_actor import ScopeCore
 
 from .fixtures import echo
