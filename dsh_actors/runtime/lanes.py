@@ -10,7 +10,8 @@ together — without tying a fast call's result to a slow one's:
   in flight pays nothing for batching. A call made while others are in flight waits for
   the end of the loop's current iteration — or, while the lane's previous batch is still
   being started, for that start's answer — and every call queued by then goes in one
-  ``execute_batch`` task, which only starts them. So batches grow with the load.
+  ``execute_batch`` task, which only starts them. So batches grow with the load (the
+  rule is :class:`~.coalesce.Coalescer`'s, which the session log's appends follow too).
 - **Collecting.** While batched calls are pending, the lane keeps one ``collect`` long
   poll open on their executor (:mod:`.mailboxes` is the executor's side). It answers as
   soon as any result is ready, with every result ready by then, so results return in
@@ -36,6 +37,7 @@ from typing import Any, Callable
 
 import ray
 
+from .coalesce import Coalescer
 from .errors import WorkerCrashedError
 from .mailboxes import COLLECT_WAIT_S, Item
 from .wire import Outcome
@@ -88,24 +90,19 @@ class _Lane:
 
     def __init__(self, executor: Any, client: str, loop: asyncio.AbstractEventLoop) -> None:
         self.executor, self.client, self.loop = executor, client, loop
-        self.queued: list[SentCall] = []
+        self.batches: Coalescer[SentCall] = Coalescer(self._start_batch, self._failed_start)
         self.pending: dict[int, SentCall] = {}  # batched, not yet answered
         self.alone = 0  # calls in flight as their own task
         self.incarnation: str | None = None  # of the executor, as its last answer said
         self._keys = 0
-        self._flushing = False
-        self._starting = 0  # execute_batch tasks not yet answered
         self._collecting = False
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if not (self.queued or self.pending or self.alone):
+        if not (self.batches.queued or self.batches.busy or self.pending or self.alone):
             self._send_alone(call)
         else:
-            self.queued.append(call)
-            if not self._flushing and not self._starting:
-                self._flushing = True
-                self.loop.call_soon(self._flush)
+            self.batches.add(call)
         return call
 
     def _send_alone(self, call: SentCall) -> None:
@@ -127,11 +124,9 @@ class _Lane:
         else:
             call.resolve(done.result())
 
-    def _flush(self) -> None:
-        self._flushing = False
-        calls, self.queued = self.queued, []
-        if not calls:
-            return
+    async def _start_batch(self, calls: list[SentCall]) -> None:
+        """Start ``calls`` in one ``execute_batch`` task (the lane's coalescer sends what
+        gathered while the previous batch was being started: under load, many)."""
         if len(calls) == 1 and not (self.pending or self.alone):
             self._send_alone(calls[0])
             return
@@ -140,25 +135,7 @@ class _Lane:
             call.key = self._keys
             self.pending[call.key] = call
         items: list[Item] = [(c.key, c.envelope, c.plan_box, c.hub) for c in calls]
-        started = self.executor.execute_batch.remote(self.client, items)
-        self._starting += 1
-        self.loop.create_task(self._started(started, calls))
-
-    async def _started(self, started: Any, calls: list[SentCall]) -> None:
-        try:
-            incarnation = await started
-        except Exception as exc:  # the batch never started (the executor is dead or restarting)
-            for call in calls:
-                if self.pending.pop(call.key, None) is not None:
-                    call.fail(exc)
-            return
-        finally:
-            # Calls made while this batch was being started waited for it: they go now, as
-            # one batch (under load a batch's start takes long enough for many to gather).
-            self._starting -= 1
-            if self.queued and not self._flushing and not self._starting:
-                self._flushing = True
-                self.loop.call_soon(self._flush)
+        incarnation = await self.executor.execute_batch.remote(self.client, items)
         if incarnation != self.incarnation:
             # A new executor process: what the old one started is lost with it.
             self._lose(lambda c: c.incarnation is not None and c.incarnation != incarnation)
@@ -168,6 +145,12 @@ class _Lane:
         if not self._collecting and self.pending:
             self._collecting = True
             self.loop.create_task(self._collect())
+
+    def _failed_start(self, calls: list[SentCall], exc: Exception) -> None:
+        """The batch never started (the executor is dead or restarting): its calls fail."""
+        for call in calls:
+            self.pending.pop(call.key, None)
+            call.fail(exc)
 
     async def _collect(self) -> None:
         try:
@@ -212,8 +195,7 @@ class _Lane:
                 ray.cancel(call.ref)  # its own actor task: the coroutine sees CancelledError
             except Exception:
                 pass
-        elif call in self.queued:
-            self.queued.remove(call)
+        elif self.batches.remove(call):
             call.resolve(Outcome.CANCELLED)
         elif call.key in self.pending:
             self.executor.cancel_batched.remote(self.client, [call.key])

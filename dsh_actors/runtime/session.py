@@ -40,6 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..core.errors import HarnessError, error_message
 from ..log import FrameFile, FsyncPolicy, InvalidEventError, check_event, derive_messages
 from .backoff import WHILE_RESTARTING
+from .coalesce import Coalescer
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
 from .local import ensure_ray
 from .response import Response
@@ -231,56 +232,44 @@ class SessionWriterService:
 # --- the client ----------------------------------------------------------------------------------
 
 class _Batcher:
-    """One loop's appends to one writer: the first goes at once; those made while a batch
-    is in flight go together in the next (one actor call). Appends to a session the
-    writer does not know (it restarted) are sent again, in the order they were made,
-    once the session is opened there again."""
+    """One loop's appends to one writer, sent through a :class:`~.coalesce.Coalescer` (one
+    actor call per batch). Appends to a session the writer does not know (it restarted)
+    are sent again, in the order they were made, once the session is opened there again."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
-        self._pending: list[_Append] = []
-        self._sending = False
+        self._appends: Coalescer[_Append] = Coalescer(self._send, _fail)
 
     def enqueue(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]]) -> "asyncio.Future[Any]":
         """Queue an append now (appends go out in the order they were queued); await the
         future for its result."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Append(session_id, events, reopen, future))
-        if not self._sending:
-            self._sending = True
-            asyncio.ensure_future(self._send())
+        self._appends.add(_Append(session_id, events, reopen, future))
         return future
 
-    async def _send(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    packed = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
-                    results = msgpack.unpackb(packed)
-                except Exception as exc:  # noqa: BLE001 — every caller in the batch hears it
-                    for append in batch:
-                        if not append.future.done():
-                            append.future.set_exception(exc)
-                    continue
-                again = []
-                for append, result in zip(batch, results):
-                    if result[0] == "not_open" and append.tries < _OPEN_TRIES:
-                        again.append(append)
-                    elif not append.future.done():
-                        append.future.set_result(result)
-                for session_id, reopen in {a.session_id: a.reopen for a in again}.items():
-                    try:
-                        await reopen()
-                    except Exception as exc:  # noqa: BLE001 — its callers hear it
-                        for append in again:
-                            if append.session_id == session_id and not append.future.done():
-                                append.future.set_exception(exc)
-                for append in again:
-                    append.tries += 1
-                self._pending[:0] = [a for a in again if not a.future.done()]  # first, in their order
-        finally:
-            self._sending = False
+    async def _send(self, batch: list["_Append"]) -> None:
+        packed = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
+        again = []
+        for append, result in zip(batch, msgpack.unpackb(packed)):
+            if result[0] == "not_open" and append.tries < _OPEN_TRIES:
+                again.append(append)
+            elif not append.future.done():
+                append.future.set_result(result)
+        for session_id, reopen in {a.session_id: a.reopen for a in again}.items():
+            try:
+                await reopen()
+            except Exception as exc:  # noqa: BLE001 — its callers hear it
+                _fail([a for a in again if a.session_id == session_id], exc)
+        for append in again:
+            append.tries += 1
+        self._appends.put_back([a for a in again if not a.future.done()])  # first, in their order
+
+
+def _fail(appends: list["_Append"], exc: Exception) -> None:
+    """Every caller of these appends hears ``exc`` (the batch's call, or a reopen, failed)."""
+    for append in appends:
+        if not append.future.done():
+            append.future.set_exception(exc)
 
 
 class _Append:
