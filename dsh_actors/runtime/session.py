@@ -28,6 +28,7 @@ import ctypes
 import ctypes.util
 import os
 import time
+import logging
 import weakref
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
@@ -47,7 +48,7 @@ from .response import Response
 from .revive import live_actor, live_actor_async
 from .wire import DEFAULT_NAMESPACE
 
-__all__ = ["SESSION_WRITER_OPTIONS", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterService", "SessionWriterCore"]
+__all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterService", "SessionWriterCore"]
 
 SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0, "lifetime": "detached"}
 """Options of a node's session writer: restarted by Ray (its files are durable); an
@@ -79,21 +80,47 @@ def _syncfs() -> Any:
 _SYNCFS = _syncfs()
 
 
+log = logging.getLogger("dsh_actors.runtime")
+
+
+class SessionHeldError(HarnessError, ValueError):
+    """The session is open over another file by a process that may still write to it."""
+
+    code = "SESSION_HELD"
+
+
+def _all_dead(actor_ids: set[str | None]) -> bool:
+    """Whether every one of these actors is dead (a GCS read per actor: off the loop)."""
+    from ray._private import state
+
+    return all(state.actors(actor_id=a).get("State", "DEAD") == "DEAD" for a in actor_ids if a)
+
+
 class SessionWriterCore:
     """The sessions one writer owns and their group commit, without Ray."""
 
     def __init__(self) -> None:
         self._files: dict[str, FrameFile] = {}  # by resolved path: sessions may share a file
         self._sessions: dict[str, str] = {}  # session id -> resolved path
+        self._holders: dict[str, set[str | None]] = {}  # session id -> its openers' actor ids (None: a driver)
 
-    def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> dict[str, Any]:
+    def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
+             holder: str | None = None) -> dict[str, Any]:
+        """Open (or join) ``session_id`` over ``path``; ``holder``: the opening actor's id."""
         resolved = str(Path(path).resolve())
         if self._sessions.get(session_id, resolved) != resolved:
-            raise ValueError(f"session {session_id!r} is already open over {self._sessions[session_id]}")
+            raise SessionHeldError(
+                f"session {session_id!r} is already open over {self._sessions[session_id]} by a process that is "
+                "still alive (or a driver); close it there first, or open the log under another session id")
         if resolved not in self._files:
             self._files[resolved] = FrameFile(resolved, fsync=fsync, fsync_interval_s=fsync_interval_s)
         self._sessions[session_id] = resolved
+        self._holders.setdefault(session_id, set()).add(holder)
         return self.info(session_id)
+
+    def holders(self, session_id: str) -> set[str | None]:
+        """The actor ids of the processes that opened ``session_id`` (``None``: a driver)."""
+        return set(self._holders.get(session_id, ()))
 
     def is_open(self, session_id: str) -> bool:
         return session_id in self._sessions
@@ -160,6 +187,7 @@ class SessionWriterCore:
                 "recovered_truncated_bytes": file.truncated_bytes}
 
     def close(self, session_id: str) -> None:
+        self._holders.pop(session_id, None)
         path = self._sessions.pop(session_id, None)
         if path is not None and path not in self._sessions.values():
             self._files.pop(path).close()
@@ -179,8 +207,21 @@ class SessionWriterService:
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float) -> dict[str, Any]:
-        return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s)  # type: ignore[no-any-return]
+    async def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
+                   holder: str | None = None) -> dict[str, Any]:
+        """Open ``session_id`` over ``path``. Held over another file by actors that all
+        died (an episode runner killed mid-episode never closes its logs), it is closed
+        there and opened here: the same agent id serves a later run."""
+        try:
+            return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s, holder)  # type: ignore[no-any-return]
+        except SessionHeldError:
+            holders = self._core.holders(session_id)
+            if None in holders or not await asyncio.to_thread(_all_dead, holders):
+                raise
+        log.warning("session %r was left open by dead actors %s: opening it over %s", session_id,
+                    sorted(h for h in holders if h), path)
+        await self._in_thread(self._core.close, session_id)
+        return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s, holder)  # type: ignore[no-any-return]
 
     async def append_batch(self, batch: list[tuple[str, list[bytes]]]) -> bytes:
         """Commit ``batch`` with whatever else is waiting; its results, msgpack-packed (one
@@ -431,7 +472,8 @@ class SessionLog:
 
     def _open_on(self, handle: Any) -> Any:
         record = self._record
-        return handle.open.remote(self._key, record["path"], record["fsync"], record["interval"])
+        return handle.open.remote(self._key, record["path"], record["fsync"], record["interval"],
+                                  ray.get_runtime_context().get_actor_id())  # None in a driver
 
     def _handle(self) -> Any:
         """The writer's handle (one per node, shared by this process's clients); one seen

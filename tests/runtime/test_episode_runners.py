@@ -137,6 +137,11 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
     assert len({r.reran for r in rerun}) == 1  # one runner died, and each of its episodes says which
     assert all(r.status == "ok" and r.ok == 4 for r in reports), [(r.id, r.message) for r in reports]
     assert all(r.attempts == 1 and r.reran is None for r in reports if r not in rerun)
+    # The dead runner never closed its episodes' session logs: a later job with the same
+    # agent ids (its logs in a folder of its own) opens them anew, on every node.
+    again = collect(run_episodes([episode(i, calls=1, file_work=False) for i in range(12)], name=f"again-{kill[:3]}",
+                                 tools=[marking_tool(marks)], in_flight=12, reference_tools=False))
+    assert sorted(r.status for r in again) == ["ok"] * 12, [(r.id, r.message) for r in again if r.status != "ok"]
 
 
 def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):

@@ -168,3 +168,56 @@ def test_the_nodes_writer_outlives_the_driver_that_made_it(ray_cluster, tmp_path
                                    namespace=namespace))
         except ValueError:
             pass  # already gone
+
+
+@ray.remote(num_cpus=0)
+class _Holder:
+    """An actor that opens a session's log and appends to it (as an episode runner does)."""
+
+    def open(self, session_id, path):
+        self.log = SessionLog.open(session_id, path)
+        return self.log.append({"type": "user/message", "content": "first run"}).result(T)
+
+    def pid(self):
+        import os
+
+        return os.getpid()
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_session_left_open_by_a_dead_actor_opens_over_a_new_file_and_a_live_holder_keeps_it(
+        ray_cluster, tmp_path, kill):
+    import os
+    import signal
+
+    from dsh_actors.runtime.session import SessionHeldError
+
+    agent = f"reused-{kill}-{time.monotonic_ns()}"
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    live = _Holder.options(scheduling_strategy=here).remote()  # one node: one writer holds the session
+    assert ray.get(live.open.remote(agent, str(first)), timeout=T) == 0
+    with pytest.raises(SessionHeldError, match="still alive"):  # its holder may still write there
+        SessionLog.open(agent, str(second))
+    if kill == "ray.kill":
+        ray.kill(live, no_restart=True)
+    else:
+        os.kill(ray.get(live.pid.remote(), timeout=T), signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while True:  # the holder's death reaches the GCS within moments
+        try:
+            again = SessionLog.open(agent, str(second))
+            break
+        except SessionHeldError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert again.append({"type": "user/message", "content": "second run"}).result(T) == 0
+    again.close().result(T)
+    with FrameFile(first) as old, FrameFile(second) as new:
+        assert len(old.records()) == 1 and len(new.records()) == 1  # each run in its own file
+    held = SessionLog.open(agent, str(first))  # now by this driver, whose death nobody can tell
+    with pytest.raises(SessionHeldError, match="still alive"):
+        SessionLog.open(agent, str(second))
+    held.close().result(T)
