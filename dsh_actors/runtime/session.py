@@ -415,6 +415,8 @@ class SessionLog:
             except ACTOR_GONE as exc:
                 log._writer_failed(exc, pause is None)
                 time.sleep(pause or 0)
+            except ray.exceptions.RayTaskError as exc:  # the writer refused (SESSION_HELD): its own error
+                raise translate(exc) from None
         raise AssertionError("unreachable")
 
     @classmethod
@@ -434,6 +436,8 @@ class SessionLog:
             except ACTOR_GONE as exc:
                 self._writer_failed(exc, pause is None)
                 await asyncio.sleep(pause or 0)
+            except ray.exceptions.RayTaskError as exc:  # the writer refused: its own error, not Ray's text
+                raise translate(exc) from None
         raise AssertionError("unreachable")
 
     def _writer_failed(self, exc: BaseException, last: bool) -> None:
