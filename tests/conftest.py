@@ -14,7 +14,13 @@ def ray_cluster():
     has the custom resource ``dsh_special`` (so placement is observable). Subprocess tests
     join it through ``RAY_ADDRESS`` instead of starting a Ray of their own."""
     import ray
+    from ray import cloudpickle
     from ray.cluster_utils import Cluster
+
+    import tests
+
+    # Test helpers travel to workers by value: workers need not import the tests package.
+    cloudpickle.register_pickle_by_value(tests)
 
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1",

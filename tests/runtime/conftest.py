@@ -3,13 +3,6 @@
 import os
 
 import pytest
-from ray import cloudpickle
-
-import tests
-
-# Test helpers travel to workers by value: workers need not import the tests package.
-cloudpickle.register_pickle_by_value(tests)
-
 
 _counter = iter(range(10**6))
 

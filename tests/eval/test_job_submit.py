@@ -87,7 +87,7 @@ def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the
         assert summary["model"]["episodes"] == 3 and summary["model"]["success_rate"] == 1.0
         assert [e["turns"] for e in summary["per_episode"] if e["id"] == "first-item"] == [2]
         # An ask on the same `ray start` cluster, answered from a new shell that only has RAY_ADDRESS.
-        from .test_driving import ASKING_DRIVER, clean_env, printed_command
+        from ..runtime.test_driving import ASKING_DRIVER, clean_env, printed_command
 
         address = f"127.0.0.1:{port}"
         asking_env = {**env, "RAY_AUTH_MODE": "token"}

@@ -24,7 +24,7 @@ from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes, run_eval
 from dsh_actors.eval.runners import RUNNER_PREFIX
 
-from .fixtures import WhenMarked
+from ..runtime.fixtures import WhenMarked
 
 pytestmark = pytest.mark.timeout(300)
 
