@@ -7,11 +7,9 @@ import ray
 from dsh_actors import accept, block, define_tool, deny, text_block
 from dsh_actors.runtime import CONTINUE, Continue
 
+from ..behaviours import echo  # noqa: F401 - the runtime tests' echo tool is the behaviour table's
 
-def echo(name="echo", **extra):
-    options = dict(name=name, description="echo arguments back", parameters={"text": {"type": "string"}},
-                   execute=lambda args, ctx: [text_block(args.get("text", ""))])
-    return define_tool(**{**options, **extra})
+
 
 
 def where_am_i(name="where", **extra):
