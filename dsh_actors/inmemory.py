@@ -12,11 +12,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .codemode.sdk import sdk_section_text
 from .codemode.transport import build_run_code, check_runtime
-from .core.errors import DefinitionError, RestrictionError
+from .core.errors import DefinitionError
 from .core.pipeline import ApprovalSeam, execute as run_pipeline
 from .core.pipeline.chain import settle
 from .core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, InMemoryDisposer, RegistryState, call_fields, \
-    execution_mode
+    execution_mode, unscoped_restriction
 from .core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 
 __all__ = ["InMemoryPlugin", "InMemoryRegistry", "InMemoryScope"]
@@ -180,10 +180,7 @@ class InMemoryRegistry(_Owner):
 
     def restrict(self, spec: Mapping[str, Any] | None = None, **_: Any) -> InMemoryDisposer:
         """Always raises: restrictions belong to an agent scope."""
-        raise RestrictionError(
-            "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
-            "masks one agent's view of the global tools"
-        )
+        raise unscoped_restriction()
 
     def scope(self, agent_id: str) -> InMemoryScope:
         """The scope of ``agent_id`` (created on first use; a closed scope is replaced)."""

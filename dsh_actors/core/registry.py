@@ -44,6 +44,7 @@ __all__ = [
     "compose_plan",
     "execution_mode",
     "snapshot_definition",
+    "unscoped_restriction",
     "visible_tools",
 ]
 
@@ -87,6 +88,13 @@ class InMemoryDisposer:
 
 _DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
                       "present_call", "present_result", "is_concurrency_safe", "extras")
+
+
+def unscoped_restriction() -> RestrictionError:
+    """The refusal of ``restrict()`` on a registry (restrictions belong to an agent scope)."""
+    return RestrictionError(
+        "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
+        "masks one agent's view of the global tools")
 
 
 def check_frozen(definition: Any) -> ToolDefinition:
@@ -487,10 +495,7 @@ class RegistryState:
     def add_restriction(self, spec: Mapping[str, Any] | None, scope: str | None,
                         reserved: Iterable[str] = ()) -> Callable[[], None]:
         if scope is None:
-            raise RestrictionError(
-                "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
-                "masks one agent's view of the global tools"
-            )
+            raise unscoped_restriction()
         restriction = compile_restriction(spec, self.globals, (*reserved, *self.reserved_names))
         remove = self._layer(scope).add_restriction(restriction)
         self.touched()

@@ -144,7 +144,12 @@ class ExecutionToken:
         return "<ExecutionToken>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (token_from_bytes, (self.__id,))
+        return (token_from_bytes, (token_to_bytes(self),))
+
+
+def token_to_bytes(token: ExecutionToken) -> bytes:
+    """A token's wire form (what :func:`token_from_bytes` rebuilds it from)."""
+    return token._ExecutionToken__id  # type: ignore[attr-defined,no-any-return]
 
 
 def token_from_bytes(raw: bytes) -> ExecutionToken:

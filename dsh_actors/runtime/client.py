@@ -23,9 +23,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
-from ..core.errors import DefinitionError, RestrictionError
+from ..core.errors import DefinitionError
 from ..core.registry import EXCLUSIVE, RUN_CODE, Event, call_fields, check_guard, check_listener, \
-    execution_mode, snapshot_definition
+    execution_mode, snapshot_definition, unscoped_restriction
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 from .calls import Call, CallInput
 from .errors import RAY_ERROR, RegistryUnavailableError
@@ -245,10 +245,7 @@ class ToolRegistry(_Registrar):
 
     def restrict(self, *_: Any, **__: Any) -> Response[Disposer]:
         """Always raises: restrictions belong to an agent scope."""
-        raise RestrictionError(
-            "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
-            "masks one agent's view of the global tools"
-        )
+        raise unscoped_restriction()
 
     # views (global, or of ``scope``)
 

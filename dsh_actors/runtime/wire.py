@@ -25,7 +25,7 @@ import ray
 from ..core.jsonvalue import FrozenDict, FrozenList
 from ..core.pipeline import ExecutionPlan
 from ..core.signal import AbortSignal
-from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult, token_from_bytes
+from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult, token_from_bytes, token_to_bytes
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -100,7 +100,7 @@ HEARTBEAT_S = 0.5
 # --- the call envelope ------------------------------------------------------------------------
 
 def _token_bytes(token: ExecutionToken | None) -> bytes | None:
-    return None if token is None else token.__reduce__()[1][0]
+    return None if token is None else token_to_bytes(token)
 
 
 class Envelope:
