@@ -29,7 +29,8 @@ from .response import NamedActorClient, Response
 from .session import SessionLog
 from .wire import approvals_actor_name
 
-__all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService", "POLICIES", "check_policy"]
+__all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
+           "POLICIES", "check_policy"]
 
 POLICIES = ("ask", "never", "always")
 ANSWERS = ("allowed-once", "rejected")

@@ -178,15 +178,16 @@ class Fleet:
     def scope_host_nodes(self) -> list[str | None]:
         return [self.node_of(h) for h in self.scope_hosts]
 
-    def scope_host(self, agent: str, dead: str | None, nodes: Callable[[], list[str]]) -> Any:
+    def scope_host(self, agent: str, dead: str | None = None, nodes: list[str] | None = None) -> Any:
         """The host of ``agent``'s scope. ``dead``: the id of a host a client saw die; if it
-        is the one on record, its successor starts from its agents' journals. Dedicated
-        hosting makes the agent's host on first use."""
+        is the one on record, its successor starts from its agents' journals (a shared one
+        on ``nodes``, the alive nodes now). Dedicated hosting makes the agent's host on first use."""
         if self.config.scope_hosting == "shared":
             index = host_index(agent, len(self.scope_hosts))
             if dead is not None and self.spawner.actor_id(self.scope_hosts[index]) == dead:
                 self.spawner.release(self.scope_hosts[index])
-                self.scope_hosts[index] = self._shared_host(index, len(self.scope_hosts), nodes())
+                self._node.pop(dead, None)
+                self.scope_hosts[index] = self._shared_host(index, len(self.scope_hosts), nodes or [])
             return self.scope_hosts[index]
         handle = self.dedicated.get(agent)
         if handle is not None and dead is not None and self.spawner.actor_id(handle) == dead:

@@ -214,8 +214,7 @@ class RegistryService:
     async def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
         """The host of ``agent``'s scope. ``dead`` is the id of a host a client saw die: if
         it is the one on record, a new one starts from its agents' journals."""
-        nodes = await self._nodes() if dead is not None and self._config.scope_hosting == "shared" else []
-        return self._fleet.scope_host(agent, dead, lambda: nodes)
+        return self._fleet.scope_host(agent, dead, await self._nodes() if dead is not None else None)
 
     async def drop_scope(self, agent: str) -> None:
         """Close ``agent``'s scope: dispose everything it registered, then release its host

@@ -26,9 +26,9 @@ import asyncio
 import concurrent.futures
 import ctypes
 import ctypes.util
+import logging
 import os
 import time
-import logging
 import weakref
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
@@ -48,7 +48,8 @@ from .response import Response
 from .revive import live_actor, live_actor_async
 from .wire import DEFAULT_NAMESPACE
 
-__all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter", "SessionWriterService", "SessionWriterCore"]
+__all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter",
+           "SessionWriterCore", "SessionWriterService"]
 
 SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0, "lifetime": "detached"}
 """Options of a node's session writer: restarted by Ray (its files are durable); an
@@ -80,7 +81,7 @@ def _syncfs() -> Any:
 _SYNCFS = _syncfs()
 
 
-log = logging.getLogger("dsh_actors.runtime")
+logger = logging.getLogger("dsh_actors.runtime")  # not `log`: that names a SessionLog here
 
 
 class SessionHeldError(HarnessError, ValueError):
@@ -105,9 +106,13 @@ class SessionWriterCore:
         self._holders: dict[str, set[str | None]] = {}  # session id -> its openers' actor ids (None: a driver)
 
     def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
-             holder: str | None = None) -> dict[str, Any]:
-        """Open (or join) ``session_id`` over ``path``; ``holder``: the opening actor's id."""
+             holder: str | None = None, take_over: bool = False) -> dict[str, Any]:
+        """Open (or join) ``session_id`` over ``path``; ``holder``: the opening actor's id.
+        Open over another file, it raises :class:`SessionHeldError` — unless ``take_over``
+        (its holders are known dead): then it is closed there first."""
         resolved = str(Path(path).resolve())
+        if take_over and self._sessions.get(session_id, resolved) != resolved:
+            self.close(session_id)
         if self._sessions.get(session_id, resolved) != resolved:
             raise SessionHeldError(
                 f"session {session_id!r} is already open over {self._sessions[session_id]} by a process that is "
@@ -212,16 +217,16 @@ class SessionWriterService:
         """Open ``session_id`` over ``path``. Held over another file by actors that all
         died (an episode runner killed mid-episode never closes its logs), it is closed
         there and opened here: the same agent id serves a later run."""
+        opening = (self._core.open, session_id, path, fsync, fsync_interval_s, holder)
         try:
-            return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s, holder)  # type: ignore[no-any-return]
+            return await self._in_thread(*opening)  # type: ignore[no-any-return]
         except SessionHeldError:
-            holders = self._core.holders(session_id)
+            holders = await self._in_thread(self._core.holders, session_id)  # the core lives on that thread
             if None in holders or not await asyncio.to_thread(_all_dead, holders):
                 raise
-        log.warning("session %r was left open by dead actors %s: opening it over %s", session_id,
-                    sorted(h for h in holders if h), path)
-        await self._in_thread(self._core.close, session_id)
-        return await self._in_thread(self._core.open, session_id, path, fsync, fsync_interval_s, holder)  # type: ignore[no-any-return]
+        logger.warning("session %r was left open by dead actors %s: opening it over %s", session_id,
+                       sorted(h for h in holders if h), path)
+        return await self._in_thread(*opening, True)  # type: ignore[no-any-return]
 
     async def append_batch(self, batch: list[tuple[str, list[bytes]]]) -> bytes:
         """Commit ``batch`` with whatever else is waiting; its results, msgpack-packed (one

@@ -80,10 +80,11 @@ def test_a_shared_host_that_died_restarts_with_the_journals_of_exactly_its_agent
     agents = [f"agent-{i}" for i in range(8)]
     for i, agent in enumerate(agents):
         core.scope_changed(agent, 1, "tool", f"payload-{i}")
-    host = made.scope_host("agent-0", None, lambda: ["a", "b"])
-    assert made.scope_host("agent-0", "someone-else", lambda: ["a", "b"]) is host  # not the one on record
-    again = made.scope_host("agent-0", host.id, lambda: ["a", "b"])
+    host = made.scope_host("agent-0")
+    assert made.scope_host("agent-0", "someone-else", ["a", "b"]) is host  # not the one on record
+    again = made.scope_host("agent-0", host.id, ["a", "b"])
     assert host.dead and again is not host and again.options["node"] == host.options["node"]
+    assert made.node_of(host) is None and made.scope_host_nodes()[made.scope_hosts.index(again)] == host.options["node"]
     journals = again.args[2]
     mates = {a for a in agents if made.host_of(a) is again}
     assert set(journals) == mates and "agent-0" in mates and len(mates) < len(agents)
@@ -92,13 +93,13 @@ def test_a_shared_host_that_died_restarts_with_the_journals_of_exactly_its_agent
 
 def test_a_dedicated_host_is_named_for_its_agent_made_once_and_released_with_its_scope():
     made, spawner = fleet(nodes=["a"], detached=True)
-    host = made.scope_host("ag", None, lambda: [])
-    assert made.scope_host("ag", None, lambda: []) is host
+    host = made.scope_host("ag")
+    assert made.scope_host("ag") is host
     assert host.options == {"namespace": "ns", "name": host.options["name"], "lifetime": "detached"}
     assert "ag" in host.options["name"] and host.args[2] == {"ag": []}
     made.release_scope("ag")
     assert host.dead and made.host_of("ag") is None
-    assert made.scope_host("ag", None, lambda: []) is not host
+    assert made.scope_host("ag") is not host
 
 
 def test_the_hub_lives_on_the_registrys_node_and_is_replaced_only_when_the_dead_one_is_on_record():
