@@ -26,6 +26,7 @@ import ray.exceptions as rx
 from ..core.errors import ExecutionCancelledError, HarnessError, error_message
 
 __all__ = [
+    "ChannelLost",
     "ExecutionCancelledError",
     "ObjectLostError",
     "PlacementError",
@@ -46,8 +47,23 @@ __all__ = [
 
 RAY_ERROR = rx.RayError
 """Every failure Ray raises (for ``except`` clauses that map it with :func:`translate`)."""
-ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError)
-"""Ray's failures meaning "the actor did not run this call": dead, restarting or unreachable."""
+
+
+class ChannelLost(Exception):
+    """An executor's channel (:mod:`.channel`) closed while a call was on it: the executor
+    had said it received the call (``reached``: it may have run) or not (nothing ran).
+    Not a caller-facing error: the caller turns it into ``WORKER_CRASHED`` or sends the
+    call elsewhere, exactly as for Ray's failures in :data:`ACTOR_GONE`."""
+
+    def __init__(self, reached: bool) -> None:
+        super().__init__("the executor's channel closed " + (
+            "after it received the call" if reached else "before the call reached it"))
+        self.reached = reached
+
+
+ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError, ChannelLost)
+"""The failures meaning "the executor is gone": dead, restarting or unreachable (through
+Ray, or its channel closed)."""
 OBJECT_GONE = rx.ObjectLostError
 """Ray's failure meaning "that object is gone" (its owner died, or it was evicted)."""
 
@@ -67,6 +83,8 @@ A test holds this to Ray's behaviour, so an upgrade that changes it fails there.
 def never_reached(exc: BaseException) -> bool:
     """``True`` when ``exc`` proves its call never reached the actor (so nothing ran, and
     the call may go to another one); a call that may have arrived is never resent."""
+    if isinstance(exc, ChannelLost):
+        return not exc.reached
     return isinstance(exc, rx.ActorUnavailableError) and _NOT_SENT in str(exc)
 
 
@@ -138,6 +156,8 @@ def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError
         mapped = ObjectLostError(f"a value {what} needed was lost ({type(exc).__name__})")
     elif isinstance(exc, (rx.RayActorError, rx.ActorUnavailableError)):
         mapped = actor(f"{what}: the actor is unavailable ({_why(exc)})")
+    elif isinstance(exc, ChannelLost):
+        mapped = WorkerCrashedError(f"the executor running {what} is gone ({exc})")
     elif isinstance(exc, (rx.TaskUnschedulableError, rx.ActorUnschedulableError, rx.RuntimeEnvSetupError)):
         mapped = PlacementError(f"{what} cannot be placed: {_why(exc)}")
     elif isinstance(exc, rx.RayError):

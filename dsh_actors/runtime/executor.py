@@ -1,9 +1,11 @@
 """Executor actors: every call's pipeline is an actor task on an async executor.
 
 A registry keeps a small pool of executor actors (``num_cpus=0``, spread over the nodes).
-A call is one actor task there (:meth:`ExecutorCore.execute`), or one of a batch that
+A call is one actor task there (:meth:`ExecutorCore.execute`), one of a batch that
 shares an actor task (:meth:`~ExecutorCore.execute_batch`, its outcomes handed over by
-:meth:`~ExecutorCore.collect`; see ``batches``): the whole pipeline — gates, policy-actor
+:meth:`~ExecutorCore.collect`; see ``lanes``), or — from a caller on the executor's own
+node — one frame on the executor's channel (:meth:`~ExecutorCore.channel`; see
+``channel_server``), which skips Ray's per-task cost: the whole pipeline — gates, policy-actor
 awaits, approval waits, post-execute, observers — is a coroutine on the executor's event
 loop, so a call that waits costs a coroutine, never a CPU slot or a process. The tool
 body runs where it belongs:
@@ -41,6 +43,7 @@ from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from . import metrics
+from .channel_server import ChannelServer
 from .mailboxes import Item, Mailboxes
 from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
@@ -283,6 +286,7 @@ class ExecutorCore:
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._mail = Mailboxes()
+        self._channel = ChannelServer(self.execute, self._mail.incarnation)
         self._calls = calls
         self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
         self._in_flight = 0
@@ -348,6 +352,14 @@ class ExecutorCore:
         """``client``'s batched outcomes, once any is ready (``None``: ``incarnation`` is
         not this process — its calls died with an earlier one)."""
         return await self._mail.collect(client, incarnation, wait_s)
+
+    async def channel(self) -> tuple[str, str, bytes]:
+        """Where a caller on this node streams its calls instead (see ``channel_server``):
+        ``(node id, socket address, secret)``. Calls there run as :meth:`execute` runs them."""
+        if self._slots is None:
+            self.serve_here()
+        address, secret = await self._channel.open()
+        return ray.get_runtime_context().get_node_id(), address, secret
 
     async def alive(self) -> str:
         """This executor process's incarnation: a probe that runs nothing."""

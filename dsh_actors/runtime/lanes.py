@@ -1,10 +1,15 @@
-"""The caller's side of call batches: once several calls are in flight to one executor,
-they share actor tasks.
+"""The caller's side of calls to executors: streamed to one on this node, and batched
+into shared actor tasks once several are in flight to one elsewhere.
 
 An actor call costs about as much CPU whatever it carries (≈0.7 ms in the caller and
 ≈0.9 ms in an async actor here), so a process that keeps many calls in flight sends them
 together — without tying a fast call's result to a slow one's:
 
+- **Streaming** (an executor on this node). A lane asks its executor once where its
+  channel listens (:mod:`.channel`); while that channel is open, every call carrying only
+  its envelope is one frame on a local socket and its outcome one frame back — no actor
+  task at all. Everything below is the route of the other calls (a plan's ref or a
+  signal hub to carry, an executor elsewhere, no channel yet or any more).
 - **Sending** (:class:`Lanes`, one per event loop; a :class:`_Lane` per executor). A call
   made while its lane is idle goes at once as its own actor task (``execute``): one call
   in flight pays nothing for batching. A call made while others are in flight waits for
@@ -37,9 +42,12 @@ from typing import Any, Callable
 
 import ray
 
+from .backoff import WHILE_RESTARTING
+from .channel import Channel, connect
 from .coalesce import Coalescer
-from .errors import WorkerCrashedError
+from .errors import WorkerCrashedError, died_for_good
 from .mailboxes import COLLECT_WAIT_S, Item
+from .routes import this_node
 from .wire import Outcome
 
 __all__ = ["Lanes", "SentCall"]
@@ -49,7 +57,7 @@ class SentCall:
     """One call handed to a lane: ``await`` it for the executor's outcome bytes (or Ray's
     error); :meth:`cancel` from any thread."""
 
-    __slots__ = ("lane", "envelope", "plan_box", "hub", "future", "key", "incarnation", "ref")
+    __slots__ = ("lane", "envelope", "plan_box", "hub", "future", "key", "incarnation", "ref", "channel")
 
     def __init__(self, lane: "_Lane", envelope: bytes, plan_box: Any, hub: Any) -> None:
         self.lane = lane
@@ -58,6 +66,7 @@ class SentCall:
         self.key = 0
         self.incarnation: str | None = None  # of the executor that started it (batched calls)
         self.ref: Any = None  # its own actor task (calls sent alone)
+        self.channel: Channel | None = None  # the channel it went on (calls streamed)
 
     def __await__(self) -> Any:
         return self.future.__await__()
@@ -88,7 +97,7 @@ class SentCall:
 class _Lane:
     """One event loop's calls to one executor (see the module docs)."""
 
-    def __init__(self, executor: Any, client: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, executor: Any, client: str, loop: asyncio.AbstractEventLoop, node: str | None) -> None:
         self.executor, self.client, self.loop = executor, client, loop
         self.batches: Coalescer[SentCall] = Coalescer(self._start_batch, self._failed_start)
         self.pending: dict[int, SentCall] = {}  # batched, not yet answered
@@ -96,14 +105,54 @@ class _Lane:
         self.incarnation: str | None = None  # of the executor, as its last answer said
         self._keys = 0
         self._collecting = False
+        self.channel: Channel | None = None  # open to this executor (it runs on this node)
+        self._opening = False
+        self._node = node  # None: no channel (not on Ray, or the executor is elsewhere or dead)
+        self._open_channel()
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if not (self.batches.queued or self.batches.busy or self.pending or self.alone):
+        if self.channel is not None and plan_box is None and hub is None:
+            self.channel.send(call, envelope)
+        elif not (self.batches.queued or self.batches.busy or self.pending or self.alone):
             self._send_alone(call)
         else:
             self.batches.add(call)
         return call
+
+    # --- the channel (calls streamed to an executor on this node) -----------------------
+
+    def _open_channel(self) -> None:
+        if self._node is not None and self.channel is None and not self._opening:
+            self._opening = True
+            self.loop.create_task(self._connect(self._node))
+
+    async def _connect(self, node: str) -> None:
+        """Ask the executor where its channel listens and connect, trying again while Ray
+        restarts it; an executor on another node, or one dead for good, keeps actor calls."""
+        try:
+            for pause in WHILE_RESTARTING.pauses():
+                try:
+                    where, address, secret = await self.executor.channel.remote()
+                    if where != node:
+                        self._node = None
+                        return
+                    self.channel = await connect(address, secret, self._channel_lost)
+                    return
+                except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
+                    if died_for_good(exc):
+                        self._node = None
+                    if pause is None or died_for_good(exc):
+                        return  # (a later answer from the executor tries again)
+                    await asyncio.sleep(pause)
+        finally:
+            self._opening = False
+
+    def _channel_lost(self, channel: Channel) -> None:
+        """The executor's process died or cut the channel: the next one gets a new one."""
+        if self.channel is channel:
+            self.channel = None
+            self._open_channel()
 
     def _send_alone(self, call: SentCall) -> None:
         execute = self.executor.execute
@@ -123,6 +172,7 @@ class _Lane:
             call.fail(done.exception())  # type: ignore[arg-type]
         else:
             call.resolve(done.result())
+            self._open_channel()  # the executor answers again: if its channel was given up, retry
 
     async def _start_batch(self, calls: list[SentCall]) -> None:
         """Start ``calls`` in one ``execute_batch`` task (the lane's coalescer sends what
@@ -190,7 +240,9 @@ class _Lane:
     def cancel(self, call: SentCall) -> None:
         if call.future.done():
             return
-        if call.ref is not None:
+        if call.channel is not None:
+            call.channel.cancel(call)
+        elif call.ref is not None:
             try:
                 ray.cancel(call.ref)  # its own actor task: the coroutine sees CancelledError
             except Exception:
@@ -214,7 +266,7 @@ class Lanes:
         key = executor._actor_id
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(executor, self.client, self.loop)
+            lane = self._lanes[key] = _Lane(executor, self.client, self.loop, this_node())
         return lane.send(envelope, plan_box, hub)
 
 

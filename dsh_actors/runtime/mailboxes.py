@@ -19,7 +19,7 @@ from ..core.errors import error_result
 from .errors import translate
 from .wire import Outcome
 
-__all__ = ["COLLECT_WAIT_S", "KEEP_S", "PROCESS_INCARNATION", "Item", "Mailboxes"]
+__all__ = ["COLLECT_WAIT_S", "KEEP_S", "PROCESS_INCARNATION", "Item", "Mailboxes", "task_outcome"]
 
 PROCESS_INCARNATION = uuid.uuid4().hex
 """This process's id: an actor restarted by Ray answers another one, so whoever asks
@@ -33,6 +33,17 @@ KEEP_S = 300.0
 _GATHER_TURNS = 8
 Item = tuple[int, bytes, Any, Any]
 """One batched call on the wire: its key in the lane, its envelope, its plan box, its hub."""
+
+
+def task_outcome(done: "asyncio.Task[bytes]") -> bytes:
+    """The wire outcome of a finished call task that has no actor task of its own to
+    raise through: its outcome, *cancelled*, or the failure that stopped it."""
+    if done.cancelled():
+        return Outcome.CANCELLED
+    exc = done.exception()
+    if exc is not None:
+        return Outcome.failed(error_result(translate(exc, what="the call")))
+    return done.result()
 
 
 class _Mailbox:
@@ -79,15 +90,7 @@ class Mailboxes:
 
     def _finished(self, box: _Mailbox, key: int, done: "asyncio.Task[bytes]") -> None:
         box.running.pop(key, None)
-        if done.cancelled():
-            raw = Outcome.CANCELLED
-        elif done.exception() is not None:
-            exc = done.exception()
-            assert exc is not None
-            raw = Outcome.failed(error_result(translate(exc, what="the call")))
-        else:
-            raw = done.result()
-        box.ready.append((key, raw))
+        box.ready.append((key, task_outcome(done)))
         box.woken.set()
 
     async def collect(self, client: str, incarnation: str, wait_s: float) -> list[tuple[int, bytes]] | None:

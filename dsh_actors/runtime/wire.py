@@ -29,6 +29,7 @@ from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult, tok
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "Frame",
     "HEARTBEAT_S",
     "LEASE_S",
     "Outcome",
@@ -153,6 +154,21 @@ class Envelope:
             parent=None if parent is None else token_from_bytes(parent), signal=signal,
             token=token_from_bytes(fields["token"]),
         )
+
+
+# --- an executor's channel ----------------------------------------------------------------------
+
+class Frame:
+    """The frame tags of an executor's channel (:mod:`.channel` is the caller's side,
+    :mod:`.channel_server` the executor's). A frame is a msgpack array whose first item is
+    its tag; frames follow one another on the stream with nothing between them."""
+
+    HELLO = 0  # caller → executor: [HELLO, secret] — the first frame; anything else closes the channel
+    WELCOME = 1  # executor → caller: [WELCOME, incarnation]
+    CALL = 2  # caller → executor: [CALL, key, envelope]; keys grow by one from 1
+    CANCEL = 3  # caller → executor: [CANCEL, key]
+    RECEIVED = 4  # executor → caller: [RECEIVED, key] — every call up to key arrived; none ran before this frame left
+    OUTCOME = 5  # executor → caller: [OUTCOME, key, outcome bytes]
 
 
 # --- the task outcome ----------------------------------------------------------------------------

@@ -1,0 +1,126 @@
+"""The caller's side of an executor's channel: calls streamed over a local socket.
+
+A lane (:mod:`.lanes`) whose executor runs on the caller's own node asks it once, by an
+actor call, where its channel listens (:mod:`.channel_server` is the executor's side)
+and connects. From then on every call that carries nothing but its envelope goes as one
+frame on that socket and its outcome comes back as one frame: no actor task per call or
+per batch, and what one turn of the loop sends leaves in one write. Calls that carry a
+plan's ref or a signal hub's handle (they need Ray's ownership rules) still go as actor
+calls, and so does everything while no channel is open.
+
+When the socket closes (the executor's process died, or it cut the channel off), each
+call still waiting fails with :class:`~.errors.ChannelLost`: *reached* if the executor
+had said it received the call (it may have run: the caller answers ``WORKER_CRASHED``),
+*unreached* otherwise (nothing ran: the caller sends it to another executor). The lane
+then opens a channel to the executor's next process, once Ray has restarted it.
+
+Plain asyncio: tests drive it without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable
+
+import msgpack
+
+from .errors import ChannelLost
+from .wire import Frame
+
+if TYPE_CHECKING:
+    from .lanes import SentCall
+
+__all__ = ["Channel", "connect"]
+
+WELCOME_WAIT_S = 10.0
+"""How long a new channel waits for the executor's welcome before it is given up."""
+
+
+class Channel(asyncio.Protocol):
+    """One lane's open channel to one executor (see the module docs); ``lost(channel)``
+    is called once when it closes."""
+
+    def __init__(self, secret: bytes, lost: Callable[["Channel"], None]) -> None:
+        self._secret, self._lost = secret, lost
+        self.welcomed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending: dict[int, "SentCall"] = {}
+        self.received = 0  # the executor has every call up to this key
+        self.closed = False
+        self._keys = 0
+        self._unpacker = msgpack.Unpacker(raw=False)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_due = False
+
+    # --- asyncio's side -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(msgpack.packb([Frame.HELLO, self._secret]))
+
+    def data_received(self, data: bytes) -> None:
+        self._unpacker.feed(data)
+        for frame in self._unpacker:
+            tag = frame[0]
+            if tag == Frame.OUTCOME:
+                call = self.pending.pop(frame[1], None)
+                if call is not None:
+                    call.resolve(frame[2])
+            elif tag == Frame.RECEIVED:
+                self.received = frame[1]
+            elif tag == Frame.WELCOME and not self.welcomed.done():
+                self.welcomed.set_result(frame[1])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed, self._transport = True, None
+        if not self.welcomed.done():
+            self.welcomed.set_exception(ConnectionError("the executor closed its channel before it welcomed us"))
+        pending, self.pending = self.pending, {}
+        for key, call in pending.items():
+            call.fail(ChannelLost(reached=key <= self.received))
+        self._lost(self)
+
+    # --- the lane's side ----------------------------------------------------------------
+
+    def send(self, call: "SentCall", envelope: bytes) -> None:
+        """Send ``call`` (it resolves with its outcome, or fails with :class:`ChannelLost`)."""
+        self._keys += 1
+        call.key, call.channel = self._keys, self
+        if self.closed:
+            call.fail(ChannelLost(reached=False))
+            return
+        self.pending[call.key] = call
+        self._queue(msgpack.packb([Frame.CALL, call.key, envelope]))
+
+    def cancel(self, call: "SentCall") -> None:
+        """Cancel ``call`` in the executor (it answers *cancelled* unless it finished)."""
+        if call.key in self.pending:
+            self._queue(msgpack.packb([Frame.CANCEL, call.key]))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def _queue(self, frame: bytes) -> None:
+        self._out.append(frame)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        if self._out and self._transport is not None:
+            out, self._out = self._out, []
+            self._transport.write(b"".join(out))
+
+
+async def connect(address: str, secret: bytes, lost: Callable[[Channel], None]) -> Channel:
+    """A channel to the executor listening at ``address``, once it has welcomed us."""
+    _, channel = await asyncio.get_running_loop().create_unix_connection(lambda: Channel(secret, lost), address)
+    try:
+        await asyncio.wait_for(asyncio.shield(channel.welcomed), WELCOME_WAIT_S)
+    except BaseException:
+        channel.close()
+        raise
+    return channel

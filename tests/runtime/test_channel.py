@@ -1,0 +1,226 @@
+"""An executor's channel without Ray: the caller's :class:`Channel` against a real
+:class:`ChannelServer` on a real Unix socket, and against raw sockets that behave as a
+dying executor or a stranger would."""
+
+import asyncio
+import functools
+import uuid
+
+import msgpack
+import pytest
+
+from dsh_actors.runtime.channel import Channel, connect
+from dsh_actors.runtime.channel_server import ChannelServer, _ExecutorEnd
+from dsh_actors.runtime.errors import ChannelLost, never_reached
+from dsh_actors.runtime.wire import Frame, Outcome
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def on_a_loop(scenario):
+    """A test that runs ``scenario`` on a fresh event loop, and closes what it opened."""
+    @functools.wraps(scenario)
+    def test():
+        async def closing():
+            try:
+                await scenario()
+            finally:
+                for closer in OPEN:
+                    result = closer()
+                    if asyncio.iscoroutine(result):
+                        await result
+                OPEN.clear()
+                await asyncio.sleep(0.01)
+        asyncio.run(closing())
+    return test
+
+
+OPEN: list = []  # what the running scenario opened (closed when it ends)
+
+
+class Call:
+    """What a lane hands the channel (a SentCall's surface)."""
+
+    def __init__(self):
+        self.future = asyncio.get_running_loop().create_future()
+        self.key, self.channel = 0, None
+
+    def resolve(self, raw):
+        if not self.future.done():
+            self.future.set_result(raw)
+
+    def fail(self, exc):
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class Executor:
+    """``run`` answers ``b"R" + envelope`` after the envelope's gate opens (if it names one)."""
+
+    def __init__(self):
+        self.ran: list[bytes] = []
+        self.gates: dict[bytes, asyncio.Event] = {}
+        self.server = ChannelServer(self.run, incarnation="inc-1")
+        OPEN.append(self.server.close)
+
+    async def run(self, envelope: bytes) -> bytes:
+        self.ran.append(envelope)
+        if envelope.startswith(b"gate:"):
+            await self.gates.setdefault(envelope, asyncio.Event()).wait()
+        return b"R" + envelope
+
+
+async def open_channel(executor, lost=None):
+    address, secret = await executor.server.open()
+    losses = []
+    channel = await connect(address, secret, lost or losses.append)
+    OPEN.append(channel.close)
+    return channel, losses
+
+
+def send(channel, envelope):
+    call = Call()
+    channel.send(call, envelope)
+    return call
+
+
+@on_a_loop
+async def test_calls_stream_and_each_gets_its_outcome():
+    executor = Executor()
+    channel, _ = await open_channel(executor)
+    assert channel.welcomed.result() == "inc-1"
+    calls = [send(channel, f"call-{i}".encode()) for i in range(500)]
+    outcomes = await asyncio.gather(*(c.future for c in calls))
+    assert outcomes == [f"Rcall-{i}".encode() for i in range(500)]
+    assert len(executor.ran) == 500 and not channel.pending
+    assert channel.received == 500  # the executor acknowledged every call's arrival
+    channel.close()
+
+
+@on_a_loop
+async def test_a_wrong_secret_runs_nothing():
+    executor = Executor()
+    address, _ = await executor.server.open()
+    _, channel = await asyncio.get_running_loop().create_unix_connection(
+        lambda: Channel(b"not-the-secret-!", lambda _: None), address)
+    OPEN.append(channel.close)
+    call = send(channel, b"should-not-run")
+    with pytest.raises(ChannelLost):
+        await call.future
+    assert executor.ran == []
+    with pytest.raises(ConnectionError):
+        channel.welcomed.result()
+
+
+@on_a_loop
+async def test_a_stranger_is_cut_off_before_it_can_fill_memory():
+    executor = Executor()
+    address, _ = await executor.server.open()
+    reader, writer = await asyncio.open_unix_connection(address)
+    OPEN.append(writer.close)
+    writer.write(b"\xc6" + (10**9).to_bytes(4, "big") + b"x" * 4096)  # a bin32 header promising 1 GB
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the executor
+    assert executor.ran == []
+
+
+@on_a_loop
+async def test_a_cancel_sent_with_its_call_stops_it_before_it_runs():
+    executor = Executor()
+    channel, _ = await open_channel(executor)
+    call = send(channel, b"never")
+    channel.cancel(call)  # same turn: both frames leave in one write
+    assert await call.future == Outcome.CANCELLED
+    assert executor.ran == []
+
+
+@on_a_loop
+async def test_a_cancel_reaches_a_running_call():
+    executor = Executor()
+    channel, _ = await open_channel(executor)
+    call = send(channel, b"gate:forever")
+    while not executor.ran:
+        await asyncio.sleep(0.01)
+    channel.cancel(call)
+    assert await call.future == Outcome.CANCELLED
+
+
+@on_a_loop
+async def test_when_the_executor_dies_calls_it_received_may_have_run_and_the_rest_go_elsewhere():
+    """A raw executor that acknowledges the first call, receives the second without
+    acknowledging it, then dies (closes the socket)."""
+    address = f"\0dsh-test-{uuid.uuid4().hex}"
+    both_arrived = asyncio.Event()
+
+    async def dying_executor(reader, writer):
+        unpacker = msgpack.Unpacker(raw=False)
+        frames = []
+        while len(frames) < 3:
+            unpacker.feed(await reader.read(65536))
+            frames.extend(unpacker)
+        assert frames[0][0] == Frame.HELLO
+        writer.write(msgpack.packb([Frame.WELCOME, "doomed"]) + msgpack.packb([Frame.RECEIVED, frames[1][1]]))
+        await writer.drain()
+        both_arrived.set()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+
+    server = await asyncio.start_unix_server(dying_executor, address)
+    OPEN.append(server.close)
+    lost = []
+    _, channel = await asyncio.get_running_loop().create_unix_connection(
+        lambda: Channel(b"s", lost.append), address)
+    OPEN.append(channel.close)
+    first = send(channel, b"first")
+    await asyncio.sleep(0.02)
+    second = send(channel, b"second")
+    await both_arrived.wait()
+    with pytest.raises(ChannelLost) as reached:
+        await first.future
+    with pytest.raises(ChannelLost) as unreached:
+        await second.future
+    assert reached.value.reached and not never_reached(reached.value)
+    assert not unreached.value.reached and never_reached(unreached.value)
+    assert lost == [channel]
+    late = send(channel, b"late")  # sent after the loss: it never left
+    with pytest.raises(ChannelLost) as never:
+        await late.future
+    assert not never.value.reached
+    server.close()
+
+
+@on_a_loop
+async def test_calls_wait_until_their_receipt_has_left():
+    """A call runs only after the RECEIVED frame covering it is in the kernel's hands."""
+    ran = []
+
+    async def run(envelope):
+        ran.append(envelope)
+        return b"R"
+
+    server = ChannelServer(run, "inc")
+
+    class Transport:
+        def __init__(self):
+            self.buffered, self.written = 1, []
+
+        def get_write_buffer_size(self):
+            return self.buffered
+
+        def write(self, data):
+            self.written.append(data)
+
+        def close(self):
+            pass
+
+    end, transport = _ExecutorEnd(server), Transport()
+    end.transport = transport  # a transport whose buffer the kernel has not taken yet
+    end.data_received(msgpack.packb([Frame.HELLO, server.secret]) + msgpack.packb([Frame.CALL, 1, b"x"]))
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(b"".join(transport.written))
+    assert [Frame.RECEIVED, 1] in list(unpacker)
+    await asyncio.sleep(0.02)
+    assert ran == []  # its receipt is still buffered
+    transport.buffered = 0
+    await asyncio.sleep(0.02)
+    assert ran == [b"x"]
