@@ -123,8 +123,9 @@ async def main(rounds: int) -> str:
         f"\n\nMedian of {rounds} interleaved rounds. The aiohttp server runs the same tool logic (sleep 100 ms, or "
         "echo the text) in one process of its own; its client is one `aiohttp.ClientSession` with as many "
         "connections as calls in flight. dsh-actors runs every call through the full pipeline (plan, gate, "
-        "guards, dispatch, post-execute, finalize) on the executors of this node, batched when many are in "
-        "flight. Goal: ≥ 1.0× at every level.")
+        "guards, dispatch, post-execute, finalize) on the executors of this node, its calls streamed over "
+        "each executor's channel (a local socket; the first calls of a new event loop go as actor tasks "
+        "while it opens). Goal: ≥ 1.0× at every level.")
 
 
 if __name__ == "__main__":

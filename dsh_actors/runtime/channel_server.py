@@ -32,7 +32,7 @@ import secrets
 import sys
 import tempfile
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import msgpack
 

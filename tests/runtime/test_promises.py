@@ -263,3 +263,47 @@ def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
     offending = [p.name for p in logs.glob("*") if p.is_file()
                  and "Using blocking ray.get inside async actor" in p.read_text(errors="replace")]
     assert offending == []
+
+
+def test_calls_from_the_executors_node_stream_on_its_channel_and_survive_its_restart(ray_cluster, tmp_path):
+    """Counted on the executor: calls made on its node come over its channel, not as actor
+    tasks; after a SIGKILL its next process opens a new channel and calls stream again."""
+    head = ray.get_runtime_context().get_node_id()
+    registry = connect("channel", executors=2)
+
+    def served(handle):
+        return ray.get(handle.__ray_call__.remote(lambda self: self._channel.served), timeout=T)
+
+    async def calls(prefix, n):
+        return await asyncio.wait_for(asyncio.gather(*[
+            registry.execute(call_id=f"{prefix}{i}", name="mark", arguments={"s": 0}) for i in range(n)]), T)
+
+    async def scenario():
+        await calls("warm", 1)  # the lane asks for the channel; the calls of that moment go as actor tasks
+        await asyncio.sleep(0.5)
+        first = await calls("a", 300)
+        victim = executor_on(registry, head)
+        streamed = served(victim)
+        os.kill(pid_of(victim), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        later: list = []
+        while time.monotonic() < deadline:  # the lane reconnects once Ray has restarted it
+            later += await calls(f"b{len(later)}-", 50)
+            try:
+                if served(victim) >= 40:
+                    break
+            except ray.exceptions.RayError:
+                pass
+            await asyncio.sleep(0.2)
+        return first, streamed, later, served(victim)
+
+    try:
+        registry.register(marked(tmp_path)).result(T)
+        first, streamed, later, after = asyncio.run(scenario())
+        assert not any(r.is_error for r in first)
+        assert streamed >= 300  # every call since the channel opened
+        assert {r.error["code"] for r in later if r.is_error} <= {"WORKER_CRASHED"}
+        assert after >= 40  # the restarted process streams too
+        assert len(list(tmp_path.iterdir())) == 1 + len(first) + sum(not r.is_error for r in later)
+    finally:
+        registry.shutdown()
