@@ -42,7 +42,9 @@ class Channel(asyncio.Protocol):
 
     def __init__(self, secret: bytes, lost: Callable[["Channel"], None]) -> None:
         self._secret, self._lost = secret, lost
-        self.welcomed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.welcomed: asyncio.Future[str] = loop.create_future()
+        self.ended: asyncio.Future[None] = loop.create_future()  # set when the socket closed
         self.pending: dict[int, "SentCall"] = {}
         self.received = 0  # the executor has every call up to this key
         self.closed = False
@@ -76,6 +78,8 @@ class Channel(asyncio.Protocol):
         self.closed, self._transport = True, None
         if not self.welcomed.done():
             self.welcomed.set_exception(ConnectionError("the executor closed its channel before it welcomed us"))
+        if not self.ended.done():
+            self.ended.set_result(None)
         pending, self.pending = self.pending, {}
         for key, call in pending.items():
             call.fail(ChannelLost(reached=key <= self.received))
@@ -101,6 +105,22 @@ class Channel(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+    async def kept_open(self) -> None:
+        """Wait until the socket closes; closes it if the waiting task is cancelled (its
+        loop is shutting down, as at the end of ``asyncio.run``)."""
+        try:
+            await asyncio.shield(self.ended)
+        finally:
+            self.close()
+
+    def discard(self) -> None:
+        """Close the socket of a channel whose event loop was closed without cancelling its
+        tasks (the transport cannot close itself then: it would call back on that loop)."""
+        transport, self._transport, self.closed = self._transport, None, True
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            sock.close()
 
     def _queue(self, frame: bytes) -> None:
         self._out.append(frame)

@@ -107,6 +107,7 @@ class _Lane:
         self._collecting = False
         self.channel: Channel | None = None  # open to this executor (it runs on this node)
         self._opening = False
+        self._connecting: asyncio.Task[None] | None = None
         self._node = node  # None: no channel (not on Ray, or the executor is elsewhere or dead)
         self._open_channel()
 
@@ -125,7 +126,7 @@ class _Lane:
     def _open_channel(self) -> None:
         if self._node is not None and self.channel is None and not self._opening:
             self._opening = True
-            self.loop.create_task(self._connect(self._node))
+            self._connecting = self.loop.create_task(self._connect(self._node))  # held: asyncio keeps tasks weakly
 
     async def _connect(self, node: str) -> None:
         """Ask the executor where its channel listens and connect, trying again while Ray
@@ -137,16 +138,19 @@ class _Lane:
                     if where != node:
                         self._node = None
                         return
-                    self.channel = await connect(address, secret, self._channel_lost)
-                    return
+                    channel = self.channel = await connect(address, secret, self._channel_lost)
+                    break
                 except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
                     if died_for_good(exc):
                         self._node = None
                     if pause is None or died_for_good(exc):
                         return  # (a later answer from the executor tries again)
                     await asyncio.sleep(pause)
+            else:
+                return
         finally:
             self._opening = False
+        await channel.kept_open()  # this task lives as long as the channel: a loop that ends closes it
 
     def _channel_lost(self, channel: Channel) -> None:
         """The executor's process died or cut the channel: the next one gets a new one."""
@@ -260,6 +264,12 @@ class Lanes:
         self.client = uuid.uuid4().hex
         self.loop = loop
         self._lanes: dict[Any, _Lane] = {}
+
+    def discard(self) -> None:
+        """Close every channel (this loop is closed: nothing of it runs any more)."""
+        for lane in self._lanes.values():
+            if lane.channel is not None:
+                lane.channel.discard()
 
     def send(self, executor: Any, envelope: bytes, plan_box: Any = None, hub: Any = None) -> SentCall:
         """Send one call's envelope to ``executor`` (see the module docs)."""

@@ -45,8 +45,15 @@ class RemoteTransport:
         lanes = self._lanes.get(loop)
         if lanes is None:
             with self._lock:
+                self._forget_closed_loops()
                 lanes = self._lanes.setdefault(loop, Lanes(loop))
         return lanes.send(executor, envelope, plan_box, hub)
+
+    def _forget_closed_loops(self) -> None:
+        """A driver that calls ``asyncio.run`` again and again leaves closed loops behind:
+        their lanes' channels are closed here, so sockets never pile up."""
+        for loop in [loop for loop in self._lanes.keys() if loop.is_closed()]:
+            self._lanes.pop(loop).discard()
 
 
 class LocalCall:

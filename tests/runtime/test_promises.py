@@ -307,3 +307,28 @@ def test_calls_from_the_executors_node_stream_on_its_channel_and_survive_its_res
         assert len(list(tmp_path.iterdir())) == 1 + len(first) + sum(not r.is_error for r in later)
     finally:
         registry.shutdown()
+
+
+def test_a_driver_that_runs_event_loop_after_event_loop_leaves_no_sockets_open(ray_cluster):
+    """Each ``asyncio.run`` gets lanes (and channels) of its own; a loop that ends closes
+    its channels (counted on the executor: every loop's second call streamed, and no
+    connection is left open)."""
+    head = ray.get_runtime_context().get_node_id()
+    registry = connect("loops", executors=2)
+    try:
+        registry.register(where()).result(T)
+
+        async def one(i):
+            first = await registry.execute(call_id=f"l{i}", name="where", arguments={})
+            await asyncio.sleep(0.3)  # its lane's channel opens meanwhile
+            second = await registry.execute(call_id=f"m{i}", name="where", arguments={})
+            return {first.text, second.text}
+
+        assert set().union(*(asyncio.run(one(i)) for i in range(12))) == {head}
+        executor = executor_on(registry, head)
+        time.sleep(0.5)
+        served, open_now = ray.get(executor.__ray_call__.remote(
+            lambda self: (self._channel.served, len(self._channel.connections))), timeout=T)
+        assert served >= 12 and open_now == 0
+    finally:
+        registry.shutdown()
