@@ -197,7 +197,8 @@ async def main(total: int) -> None:
     policies = await policy_table(total // 2)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     note = (f"\n\nLocal Ray instance, {cpus} CPUs, {os.cpu_count()} cores. Each bare task uses Ray's default "
-            "of 1 CPU; dsh-actors executions are actor tasks on the registry's executors (no CPU reserved). "
+            "of 1 CPU; dsh-actors executions run on the registry's executors (no CPU reserved), streamed over the channel of "
+            "the executor on the driver's node (a local socket, no actor task per call). "
             f"{total} calls per round; each row is the median of 3 interleaved rounds.")
     write_section("runtime_latency", "Ray runtime: native call latency and throughput", latency + note)
     write_section("runtime_policies", "Ray runtime: cost of policy actors in the chain", policies)

@@ -3,8 +3,9 @@
 Either side's ``send`` returns a handle to ``await`` for the executor's outcome bytes (or
 the error that stopped the call on the way) and to :meth:`cancel` from any thread:
 
-- :class:`RemoteTransport`: an actor task on an executor — alone, or batched with the
-  other calls this event loop has in flight there (:mod:`.lanes`).
+- :class:`RemoteTransport`: an executor's channel when it runs on this node, else an actor
+  task — alone, or batched with the other calls this event loop has in flight there
+  (:mod:`.lanes`).
 - :class:`LocalTransport`: the executor this very event loop belongs to (a Code Mode
   sub-call sent by its run, in the run's executor): the same envelope, plan and outcome,
   with no Ray hop, and the caller's signal passed as it is. An executor registers its
@@ -33,8 +34,8 @@ class Sent(Protocol):
 
 
 class RemoteTransport:
-    """Actor tasks on executors, per event loop (a process may run calls from several:
-    a driver's own loop and the background one)."""
+    """Lanes to executors, per event loop (a process may run calls from several: a
+    driver's own loop and the background one)."""
 
     def __init__(self) -> None:
         self._lanes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lanes]" = weakref.WeakKeyDictionary()
