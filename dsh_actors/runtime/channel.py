@@ -20,17 +20,26 @@ Plain asyncio: tests drive it without Ray.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import msgpack
 
 from .errors import ChannelLost
 from .wire import Frame
 
-if TYPE_CHECKING:
-    from .lanes import SentCall
+__all__ = ["Channel", "StreamedCall", "connect"]
 
-__all__ = ["Channel", "connect"]
+
+class StreamedCall(Protocol):
+    """What the channel needs of a call (a lane's ``SentCall``): its key on the channel, the
+    channel it went on, and how to settle it."""
+
+    key: int
+    channel: Any
+
+    def resolve(self, raw: bytes) -> None: ...
+
+    def fail(self, exc: BaseException) -> None: ...
 
 WELCOME_WAIT_S = 10.0
 """How long a new channel waits for the executor's welcome before it is given up."""
@@ -45,7 +54,7 @@ class Channel(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.welcomed: asyncio.Future[str] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()  # set when the socket closed
-        self.pending: dict[int, "SentCall"] = {}
+        self.pending: dict[int, "StreamedCall"] = {}
         self.received = 0  # the executor has every call up to this key
         self.closed = False
         self._keys = 0
@@ -87,7 +96,7 @@ class Channel(asyncio.Protocol):
 
     # --- the lane's side ----------------------------------------------------------------
 
-    def send(self, call: "SentCall", envelope: bytes) -> None:
+    def send(self, call: StreamedCall, envelope: bytes) -> None:
         """Send ``call`` (it resolves with its outcome, or fails with :class:`ChannelLost`)."""
         self._keys += 1
         call.key, call.channel = self._keys, self
@@ -97,7 +106,7 @@ class Channel(asyncio.Protocol):
         self.pending[call.key] = call
         self._queue(msgpack.packb([Frame.CALL, call.key, envelope]))
 
-    def cancel(self, call: "SentCall") -> None:
+    def cancel(self, call: StreamedCall) -> None:
         """Cancel ``call`` in the executor (it answers *cancelled* unless it finished)."""
         if call.key in self.pending:
             self._queue(msgpack.packb([Frame.CANCEL, call.key]))
