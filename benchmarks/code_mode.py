@@ -49,6 +49,10 @@ class Stamps:
         return self.items
 
 
+SUBCALL_ROUNDS = 11
+"""Rounds per row of the sub-call table: a row is ~50 ms, and three rounds were noise."""
+
+
 async def timed(call, rounds):
     for _ in range(3):
         await call()
@@ -79,19 +83,22 @@ async def main(rounds: int) -> tuple[str, str, str]:
     empty = table(["empty program", "p50 ms"], [[label, f"{ms:.1f}"] for label, ms in rows])
 
     program = "for i in range(100):\n    await tools.echo(text=str(i))"
-    native_ms = await timed(lambda: _hundred_native(scope), 3)
-    code_ms = await timed(lambda: scope.execute(call_id="h", name="run_code", arguments={"code": program}), 3)
+    native_ms = await timed(lambda: _hundred_native(scope), SUBCALL_ROUNDS)
+    code_ms = await timed(lambda: scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+                          SUBCALL_ROUNDS)
     direct = ToolRegistry.connect("bench-code-in-task", mode="code", code_runtime=CPYTHON,
                                   code_dispatch="in-task")
     await direct.register(echo)
     direct_scope = direct.scope("bench")
-    direct_ms = await timed(lambda: direct_scope.execute(call_id="h", name="run_code", arguments={"code": program}), 3)
+    direct_ms = await timed(lambda: direct_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+                            SUBCALL_ROUNDS)
     monty = ToolRegistry.connect("bench-code-monty", mode="code", code_runtime=CodeRuntimeConfig(backend="monty"))
     await monty.register(echo)
     monty_scope = monty.scope("bench")
-    monty_ms = await timed(lambda: monty_scope.execute(call_id="h", name="run_code", arguments={"code": program}), 3)
+    monty_ms = await timed(lambda: monty_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+                           SUBCALL_ROUNDS)
     monty.shutdown()
-    sub = table(["100 calls", "total ms (median of 3)", "ratio"], [
+    sub = table(["100 calls", f"total ms (median of {SUBCALL_ROUNDS})", "ratio"], [
         ["100 native calls from the driver, sequential", f"{native_ms:.0f}", "1.00×"],
         ["one run_code, 100 sub-calls, code_dispatch=queue-actor", f"{code_ms:.0f}",
          f"{code_ms / native_ms:.2f}×"],
