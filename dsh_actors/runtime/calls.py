@@ -26,7 +26,7 @@ from ..core.errors import error_result
 from ..core.pipeline import finish, notify_observers
 from ..core.pipeline.create import create_execution
 from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
-from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, never_reached, translate
+from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, never_reached, translate
 from .owner import RegistryOwner
 from .signals import send_signal
 from .transport import Sent
@@ -135,7 +135,7 @@ class Call:
                 except ACTOR_GONE as exc:
                     # The executor is gone or restarting (a body that killed its process, a
                     # ray.kill, a lost node): the routes avoid it while it heals.
-                    self.owner.routes.failed(executor, died=died_for_good(exc))
+                    self.owner.routes.unreachable(executor, exc)
                     if never_reached(exc) and unreached is not executor:
                         unreached, executor, box = executor, None, None  # it never arrived: another one
                         continue

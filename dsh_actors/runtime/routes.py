@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from .errors import ChannelLost, died_for_good
 from .link import RegistryLink
 
 __all__ = ["REVIVAL_WAIT_S", "SICK_S", "TURN_CALLS", "ExecutorRoutes"]
@@ -58,6 +59,7 @@ class ExecutorRoutes:
         self._node: str | None = None
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._probes: dict[Any, Any] = {}  # actor id -> ref of its revival probe (any loop may await it)
+        self._asking: set[Any] = set()  # actor ids whose channel closed: is it dead for good?
         self._next = 0
         self._turn_executor: Any = None  # the executor of this loop turn (None: no turn open)
         self._turn_calls = 0  # calls sent to it this turn
@@ -125,6 +127,28 @@ class ExecutorRoutes:
 
     def _end_turn(self) -> None:
         self._turn_executor, self._turn_calls = None, 0
+
+    def unreachable(self, handle: Any, exc: BaseException) -> None:
+        """A call to ``handle`` failed because its executor is gone, as ``exc`` says. Ray's
+        error tells whether for good; a closed channel does not, so Ray is asked (once per
+        executor), and one dead for good is then replaced as if a call had met its death."""
+        if not isinstance(exc, ChannelLost):
+            self.failed(handle, died=died_for_good(exc))
+            return
+        self.failed(handle, died=False)
+        key = handle._actor_id
+        if key not in self._asking:
+            self._asking.add(key)
+            asyncio.ensure_future(self._ask_if_dead(handle))
+
+    async def _ask_if_dead(self, handle: Any) -> None:
+        try:
+            await handle.alive.remote()  # no retries: a restarting executor answers "restarting" at once
+        except Exception as exc:  # noqa: BLE001 - only a death for good matters here
+            if died_for_good(exc):
+                self.failed(handle, died=True)
+        finally:
+            self._asking.discard(handle._actor_id)
 
     def failed(self, handle: Any, died: bool) -> None:
         """A call to ``handle`` failed with its executor unreachable (``died``: for good,
