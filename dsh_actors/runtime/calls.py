@@ -132,6 +132,9 @@ class Call:
                     sent.cancel()
                 try:
                     outcome = Outcome.read(await sent)
+                except asyncio.CancelledError:
+                    sent.cancel()  # the awaiting task was cancelled: the call is stopped where it runs
+                    raise
                 except ACTOR_GONE as exc:
                     # The executor is gone or restarting (a body that killed its process, a
                     # ray.kill, a lost node): the routes avoid it while it heals.

@@ -20,6 +20,7 @@ Plain asyncio: tests drive it without Ray.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Callable, Protocol
 
 import msgpack
@@ -57,7 +58,10 @@ class Channel(asyncio.Protocol):
         self.pending: dict[int, "StreamedCall"] = {}
         self.received = 0  # the executor has every call up to this key
         self.closed = False
+        self.closing = False  # closed from this side (its loop ends): not to be reopened
         self._keys = 0
+        self._written = 0  # every call up to this key was handed to the socket
+        self._queued = 0  # the last call queued for the next write
         self._unpacker = msgpack.Unpacker(raw=False)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
@@ -84,15 +88,45 @@ class Channel(asyncio.Protocol):
                 self.welcomed.set_result(frame[1])
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # What the executor said before the socket closed decides which calls may have run:
+        # read it all first (asyncio stops reading when a write fails). If the executor's end
+        # is still open (this side closed it), its word is not final: whatever was written
+        # may have arrived and run.
+        final = self._read_to_the_end()
         self.closed, self._transport = True, None
         if not self.welcomed.done():
             self.welcomed.set_exception(ConnectionError("the executor closed its channel before it welcomed us"))
+            self.welcomed.exception()  # retrieved: nobody may be waiting any more
         if not self.ended.done():
             self.ended.set_result(None)
+        arrived = self.received if final else max(self.received, self._written)
         pending, self.pending = self.pending, {}
         for key, call in pending.items():
-            call.fail(ChannelLost(reached=key <= self.received))
+            call.fail(ChannelLost(reached=key <= arrived))
         self._lost(self)
+
+    def _read_to_the_end(self) -> bool:
+        """Feed what is still unread on the socket; ``True`` when the executor's end is
+        closed (end of stream or reset), so nothing more will ever come."""
+        try:
+            fd = self._transport.get_extra_info("socket").fileno() if self._transport is not None else -1
+        except Exception:  # noqa: BLE001 - no socket to read
+            return False
+        if fd < 0:
+            return False
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True  # reset by a peer that died
+            if not data:
+                return True
+            try:
+                self.data_received(data)
+            except Exception:  # noqa: BLE001 - a torn last frame: what was read stands
+                return True
 
     # --- the lane's side ----------------------------------------------------------------
 
@@ -104,6 +138,7 @@ class Channel(asyncio.Protocol):
             call.fail(ChannelLost(reached=False))
             return
         self.pending[call.key] = call
+        self._queued = call.key
         self._queue(msgpack.packb([Frame.CALL, call.key, envelope]))
 
     def cancel(self, call: StreamedCall) -> None:
@@ -112,7 +147,10 @@ class Channel(asyncio.Protocol):
             self._queue(msgpack.packb([Frame.CANCEL, call.key]))
 
     def close(self) -> None:
+        """Close from this side (cancels queued this turn still leave first)."""
+        self.closing = True
         if self._transport is not None:
+            self._flush()
             self._transport.close()
 
     async def kept_open(self) -> None:
@@ -126,7 +164,7 @@ class Channel(asyncio.Protocol):
     def discard(self) -> None:
         """Close the socket of a channel whose event loop was closed without cancelling its
         tasks (the transport cannot close itself then: it would call back on that loop)."""
-        transport, self._transport, self.closed = self._transport, None, True
+        transport, self._transport, self.closed, self.closing = self._transport, None, True, True
         sock = getattr(transport, "_sock", None)
         if sock is not None:
             sock.close()
@@ -141,6 +179,7 @@ class Channel(asyncio.Protocol):
         self._flush_due = False
         if self._out and self._transport is not None:
             out, self._out = self._out, []
+            self._written = self._queued
             self._transport.write(b"".join(out))
 
 

@@ -41,8 +41,8 @@ from .wire import Frame, Outcome
 
 __all__ = ["ChannelServer"]
 
-_HELLO_BYTES = 1024
-"""How much a connection may send before its hello is checked (a stranger is cut off)."""
+HELLO_WAIT_S = 10.0
+"""How long a connection may stay without its hello (a stranger is cut off then)."""
 
 
 def _address() -> str:
@@ -95,7 +95,9 @@ class _ExecutorEnd(asyncio.Protocol):
         self.unpacker = msgpack.Unpacker(raw=False)
         self.transport: asyncio.Transport | None = None
         self.welcomed = False
-        self.unchecked = 0  # bytes received before the hello was checked
+        self.hello = msgpack.packb([Frame.HELLO, server.secret])  # the exact bytes a caller must send first
+        self.unchecked = b""  # what arrived before the hello was checked
+        self.start_due = False
         self.running: dict[int, asyncio.Task[bytes]] = {}
         self.waiting: dict[int, bytes] = {}  # arrived, held until their RECEIVED frame has left
         self.out: list[bytes] = []
@@ -105,6 +107,7 @@ class _ExecutorEnd(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.server.connections.add(self)
+        asyncio.get_running_loop().call_later(HELLO_WAIT_S, self._hello_overdue)
 
     def connection_lost(self, exc: Exception | None) -> None:
         # The caller is gone: its calls still finish (a body may be half way through a
@@ -114,11 +117,11 @@ class _ExecutorEnd(asyncio.Protocol):
         self.waiting.clear()
 
     def data_received(self, data: bytes) -> None:
-        self.unpacker.feed(data)
         if not self.welcomed:
-            self.unchecked += len(data)
-            if not self._hello():
+            data = self._hello(data)
+            if data is None:
                 return
+        self.unpacker.feed(data)
         arrived = 0
         for frame in self.unpacker:
             tag = frame[0]
@@ -130,32 +133,36 @@ class _ExecutorEnd(asyncio.Protocol):
         if arrived:
             self._send(msgpack.packb([Frame.RECEIVED, arrived]))
             self._flush()
-            self._start_waiting()
+            if not self.start_due:
+                self._start_waiting()
 
-    def _hello(self) -> bool:
-        try:
-            frame = next(self.unpacker)
-        except StopIteration:
-            if self.unchecked > _HELLO_BYTES:
-                self._close()
-            return False
-        except Exception:  # noqa: BLE001 - not our framing: a stranger
+    def _hello(self, data: bytes) -> bytes | None:
+        """Check the first bytes against the hello, byte for byte (nothing a stranger sends
+        is ever unpacked); what follows it, or ``None`` while it is incomplete or wrong."""
+        self.unchecked += data
+        if len(self.unchecked) < len(self.hello):
+            return None  # (never judged by a prefix: that would tell a stranger each right byte)
+        head, rest = self.unchecked[:len(self.hello)], self.unchecked[len(self.hello):]
+        self.unchecked = b""
+        if not hmac.compare_digest(head, self.hello):
             self._close()
-            return False
-        if not (isinstance(frame, list) and len(frame) == 2 and frame[0] == Frame.HELLO
-                and isinstance(frame[1], bytes) and hmac.compare_digest(frame[1], self.server.secret)):
-            self._close()
-            return False
+            return None
         self.welcomed = True
         self._send(msgpack.packb([Frame.WELCOME, self.server.incarnation]))
-        return True
+        return rest
+
+    def _hello_overdue(self) -> None:
+        if not self.welcomed:
+            self._close()
 
     def _start_waiting(self) -> None:
         """Start the calls that arrived — only once their RECEIVED frame is in the kernel's
         hands: if this process dies before, the caller knows none of them ran."""
-        if self.transport is None or not self.waiting:
+        self.start_due = False
+        if self.transport is None or self.transport.is_closing() or not self.waiting:
             return
         if self.transport.get_write_buffer_size():
+            self.start_due = True
             asyncio.get_running_loop().call_later(0.001, self._start_waiting)
             return
         waiting, self.waiting = self.waiting, {}

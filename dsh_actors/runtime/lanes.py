@@ -50,7 +50,11 @@ from .mailboxes import COLLECT_WAIT_S, Item
 from .routes import this_node
 from .wire import Outcome
 
-__all__ = ["Lanes", "SentCall"]
+__all__ = ["CHANNEL_ENVELOPE_MAX", "Lanes", "SentCall"]
+
+CHANNEL_ENVELOPE_MAX = 8 << 20
+"""A call whose envelope is larger goes as an actor task (Ray's object store carries big
+values better than one frame of a shared stream)."""
 
 
 class SentCall:
@@ -113,7 +117,7 @@ class _Lane:
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if self.channel is not None and plan_box is None and hub is None:
+        if self.channel is not None and plan_box is None and hub is None and len(envelope) <= CHANNEL_ENVELOPE_MAX:
             self.channel.send(call, envelope)
         elif not (self.batches.queued or self.batches.busy or self.pending or self.alone):
             self._send_alone(call)
@@ -156,7 +160,8 @@ class _Lane:
         """The executor's process died or cut the channel: the next one gets a new one."""
         if self.channel is channel:
             self.channel = None
-            self._open_channel()
+            if not channel.closing:  # closed here: its loop is ending
+                self._open_channel()
 
     def _send_alone(self, call: SentCall) -> None:
         execute = self.executor.execute
@@ -242,8 +247,8 @@ class _Lane:
                 "the executor running the call was restarted before it answered (its process died)"))
 
     def cancel(self, call: SentCall) -> None:
-        if call.future.done():
-            return
+        if call.future.done() and not call.future.cancelled():
+            return  # answered (a future cancelled with its awaiting task still stops the call)
         if call.channel is not None:
             call.channel.cancel(call)
         elif call.ref is not None:

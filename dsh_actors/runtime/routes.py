@@ -59,7 +59,7 @@ class ExecutorRoutes:
         self._node: str | None = None
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._probes: dict[Any, Any] = {}  # actor id -> ref of its revival probe (any loop may await it)
-        self._asking: set[Any] = set()  # actor ids whose channel closed: is it dead for good?
+        self._asking: dict[Any, Any] = {}  # actor id -> the task asking whether it died for good
         self._next = 0
         self._turn_executor: Any = None  # the executor of this loop turn (None: no turn open)
         self._turn_calls = 0  # calls sent to it this turn
@@ -138,8 +138,7 @@ class ExecutorRoutes:
         self.failed(handle, died=False)
         key = handle._actor_id
         if key not in self._asking:
-            self._asking.add(key)
-            asyncio.ensure_future(self._ask_if_dead(handle))
+            self._asking[key] = asyncio.ensure_future(self._ask_if_dead(handle))  # held: asyncio keeps tasks weakly
 
     async def _ask_if_dead(self, handle: Any) -> None:
         try:
@@ -148,7 +147,7 @@ class ExecutorRoutes:
             if died_for_good(exc):
                 self.failed(handle, died=True)
         finally:
-            self._asking.discard(handle._actor_id)
+            self._asking.pop(handle._actor_id, None)
 
     def failed(self, handle: Any, died: bool) -> None:
         """A call to ``handle`` failed with its executor unreachable (``died``: for good,

@@ -125,6 +125,49 @@ async def test_a_stranger_is_cut_off_before_it_can_fill_memory():
 
 
 @on_a_loop
+async def test_a_stranger_is_never_unpacked_so_a_huge_header_costs_nothing():
+    executor = Executor()
+    address, _ = await executor.server.open()
+    reader, writer = await asyncio.open_unix_connection(address)
+    OPEN.append(writer.close)
+    writer.write(b"\xdd\x05\xf5\xe1\x00" + b"\x00" * 40)  # an array32 header claiming 100 M items
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert executor.ran == [] and not executor.server.connections
+
+
+@on_a_loop
+async def test_what_the_executor_said_before_the_socket_closed_is_read_before_calls_are_judged():
+    """The executor acknowledged call 1 and died, but the caller had not read that yet
+    when its side of the socket failed: call 1 may have run (never resent)."""
+    address = f"\0dsh-test-{uuid.uuid4().hex}"
+    arrived = asyncio.Event()
+
+    async def executor(reader, writer):
+        unpacker, frames = msgpack.Unpacker(raw=False), []
+        while len(frames) < 2:
+            unpacker.feed(await reader.read(65536))
+            frames.extend(unpacker)
+        writer.write(msgpack.packb([Frame.WELCOME, "x"]) + msgpack.packb([Frame.RECEIVED, 1]))
+        await writer.drain()
+        writer.transport.abort()
+        arrived.set()
+
+    server = await asyncio.start_unix_server(executor, address)
+    OPEN.append(server.close)
+    _, channel = await asyncio.get_running_loop().create_unix_connection(lambda: Channel(b"s", lambda _: None), address)
+    OPEN.append(channel.close)
+    channel._transport.pause_reading()  # the caller is busy: nothing the executor sends is read yet
+    call = send(channel, b"one")
+    await arrived.wait()
+    await asyncio.sleep(0.05)
+    channel._transport.abort()  # this side's socket fails before it read on
+    with pytest.raises(ChannelLost) as lost:
+        await call.future
+    assert lost.value.reached
+
+
+@on_a_loop
 async def test_a_cancel_sent_with_its_call_stops_it_before_it_runs():
     executor = Executor()
     channel, _ = await open_channel(executor)
@@ -206,6 +249,9 @@ async def test_calls_wait_until_their_receipt_has_left():
 
         def get_write_buffer_size(self):
             return self.buffered
+
+        def is_closing(self):
+            return False
 
         def write(self, data):
             self.written.append(data)

@@ -332,3 +332,32 @@ def test_a_driver_that_runs_event_loop_after_event_loop_leaves_no_sockets_open(r
         assert served >= 12 and open_now == 0
     finally:
         registry.shutdown()
+
+
+def test_cancelling_the_task_that_awaits_a_call_stops_the_call_where_it_runs(ray_cluster, tmp_path):
+    """Asserted from outside: the body's end marker is never written."""
+    async def slow(args, ctx):
+        Path(tmp_path, f"{ctx.call_id}.start").touch()
+        await asyncio.sleep(2.0)
+        Path(tmp_path, f"{ctx.call_id}.end").touch()
+        return [text_block("finished")]
+
+    registry = connect("await-cancel")
+    try:
+        registry.register(define_tool(name="slow", description="2 s", parameters={}, execute=slow)).result(T)
+
+        async def scenario():
+            await registry.execute(call_id="warm", name="slow", arguments={})  # its lane's channel opens meanwhile
+            task = asyncio.ensure_future(registry.execute(call_id="c", name="slow", arguments={}))
+            deadline = time.monotonic() + 60
+            while not Path(tmp_path, "c.start").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.sleep(3.0)  # the loop lives on: the body would have finished by now
+
+        asyncio.run(scenario())
+        assert Path(tmp_path, "c.start").exists() and Path(tmp_path, "warm.end").exists()
+        assert not Path(tmp_path, "c.end").exists()
+    finally:
+        registry.shutdown()
