@@ -118,9 +118,10 @@ class _ExecutorEnd(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self.welcomed:
-            data = self._hello(data)
-            if data is None:
+            after = self._hello(data)
+            if after is None:
                 return
+            data = after
         self.unpacker.feed(data)
         arrived = 0
         for frame in self.unpacker:
