@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol
 import msgpack
 
 from .errors import ChannelLost
-from .wire import Frame
+from .wire import Frame, Outbox
 
 __all__ = ["Channel", "StreamedCall", "connect"]
 
@@ -41,6 +41,7 @@ class StreamedCall(Protocol):
     def resolve(self, raw: bytes) -> None: ...
 
     def fail(self, exc: BaseException) -> None: ...
+
 
 WELCOME_WAIT_S = 10.0
 """How long a new channel waits for the executor's welcome before it is given up."""
@@ -64,8 +65,7 @@ class Channel(asyncio.Protocol):
         self._queued = 0  # the last call queued for the next write
         self._unpacker = msgpack.Unpacker(raw=False)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._flush_due = False
+        self._out = Outbox(self._write)
 
     # --- asyncio's side -----------------------------------------------------------------
 
@@ -139,18 +139,18 @@ class Channel(asyncio.Protocol):
             return
         self.pending[call.key] = call
         self._queued = call.key
-        self._queue(msgpack.packb([Frame.CALL, call.key, envelope]))
+        self._out.put(Frame.CALL, call.key, envelope)
 
     def cancel(self, call: StreamedCall) -> None:
         """Cancel ``call`` in the executor (it answers *cancelled* unless it finished)."""
         if call.key in self.pending:
-            self._queue(msgpack.packb([Frame.CANCEL, call.key]))
+            self._out.put(Frame.CANCEL, call.key)
 
     def close(self) -> None:
         """Close from this side (cancels queued this turn still leave first)."""
         self.closing = True
         if self._transport is not None:
-            self._flush()
+            self._out.flush()
             self._transport.close()
 
     async def kept_open(self) -> None:
@@ -169,18 +169,10 @@ class Channel(asyncio.Protocol):
         if sock is not None:
             sock.close()
 
-    def _queue(self, frame: bytes) -> None:
-        self._out.append(frame)
-        if not self._flush_due:
-            self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_due = False
-        if self._out and self._transport is not None:
-            out, self._out = self._out, []
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None:
             self._written = self._queued
-            self._transport.write(b"".join(out))
+            self._transport.write(data)
 
 
 async def connect(address: str, secret: bytes, lost: Callable[[Channel], None]) -> Channel:

@@ -37,7 +37,7 @@ from typing import Awaitable, Callable
 import msgpack
 
 from .mailboxes import task_outcome
-from .wire import Frame, Outcome
+from .wire import Frame, Outbox, Outcome
 
 __all__ = ["ChannelServer"]
 
@@ -100,8 +100,7 @@ class _ExecutorEnd(asyncio.Protocol):
         self.start_due = False
         self.running: dict[int, asyncio.Task[bytes]] = {}
         self.waiting: dict[int, bytes] = {}  # arrived, held until their RECEIVED frame has left
-        self.out: list[bytes] = []
-        self.flush_due = False
+        self.out = Outbox(self._write)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -132,8 +131,8 @@ class _ExecutorEnd(asyncio.Protocol):
             elif tag == Frame.CANCEL:
                 self._cancel(frame[1])
         if arrived:
-            self._send(msgpack.packb([Frame.RECEIVED, arrived]))
-            self._flush()
+            self.out.put(Frame.RECEIVED, arrived)
+            self.out.flush()
             if not self.start_due:
                 self._start_waiting()
 
@@ -149,7 +148,7 @@ class _ExecutorEnd(asyncio.Protocol):
             self._close()
             return None
         self.welcomed = True
-        self._send(msgpack.packb([Frame.WELCOME, self.server.incarnation]))
+        self.out.put(Frame.WELCOME, self.server.incarnation)
         return rest
 
     def _hello_overdue(self) -> None:
@@ -177,24 +176,15 @@ class _ExecutorEnd(asyncio.Protocol):
         if task is not None:
             task.cancel()
         elif self.waiting.pop(key, None) is not None:
-            self._send(msgpack.packb([Frame.OUTCOME, key, Outcome.CANCELLED]))
+            self.out.put(Frame.OUTCOME, key, Outcome.CANCELLED)
 
     def _finished(self, key: int, done: "asyncio.Task[bytes]") -> None:
         self.running.pop(key, None)
-        self._send(msgpack.packb([Frame.OUTCOME, key, task_outcome(done)]))
+        self.out.put(Frame.OUTCOME, key, task_outcome(done))
 
-    def _send(self, frame: bytes) -> None:
-        """Queue ``frame``; what one turn of the loop queues leaves in one write."""
-        self.out.append(frame)
-        if not self.flush_due:
-            self.flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self.flush_due = False
-        if self.out and self.transport is not None:
-            out, self.out = self.out, []
-            self.transport.write(b"".join(out))
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
 
     def _close(self) -> None:
         if self.transport is not None:

@@ -356,8 +356,6 @@ class ExecutorCore:
     async def channel(self) -> tuple[str, str, bytes]:
         """Where a caller on this node streams its calls instead (see ``channel_server``):
         ``(node id, socket address, secret)``. Calls there run as :meth:`execute` runs them."""
-        if self._slots is None:
-            self.serve_here()
         address, secret = await self._channel.open()
         return ray.get_runtime_context().get_node_id(), address, secret
 

@@ -133,28 +133,33 @@ class _Lane:
             self._connecting = self.loop.create_task(self._connect(self._node))  # held: asyncio keeps tasks weakly
 
     async def _connect(self, node: str) -> None:
-        """Ask the executor where its channel listens and connect, trying again while Ray
-        restarts it; an executor on another node, or one dead for good, keeps actor calls."""
+        """Open the channel; this task then lives as long as it (a loop that ends closes it)."""
         try:
-            for pause in WHILE_RESTARTING.pauses():
-                try:
-                    where, address, secret = await self.executor.channel.remote()
-                    if where != node:
-                        self._node = None
-                        return
-                    channel = self.channel = await connect(address, secret, self._channel_lost)
-                    break
-                except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
-                    if died_for_good(exc):
-                        self._node = None
-                    if pause is None or died_for_good(exc):
-                        return  # (a later answer from the executor tries again)
-                    await asyncio.sleep(pause)
-            else:
-                return
+            channel = await self._reach(node)
         finally:
             self._opening = False
-        await channel.kept_open()  # this task lives as long as the channel: a loop that ends closes it
+        if channel is not None:
+            await channel.kept_open()
+
+    async def _reach(self, node: str) -> Channel | None:
+        """Ask the executor where its channel listens and connect, trying again while Ray
+        restarts it; an executor on another node, or one dead for good, keeps actor calls."""
+        for pause in WHILE_RESTARTING.pauses():
+            try:
+                where, address, secret = await self.executor.channel.remote()
+                if where != node:
+                    self._node = None
+                    return None
+                self.channel = await connect(address, secret, self._channel_lost)
+                return self.channel
+            except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
+                if died_for_good(exc):
+                    self._node = None
+                    return None
+                if pause is None:
+                    return None  # (a later answer from the executor tries again)
+                await asyncio.sleep(pause)
+        return None
 
     def _channel_lost(self, channel: Channel) -> None:
         """The executor's process died or cut the channel: the next one gets a new one."""

@@ -14,10 +14,11 @@ Nothing here imports another runtime module: every layer above may import it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import msgpack
 import ray
@@ -30,6 +31,7 @@ from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult, tok
 __all__ = [
     "DEFAULT_NAMESPACE",
     "Frame",
+    "Outbox",
     "HEARTBEAT_S",
     "LEASE_S",
     "Outcome",
@@ -169,6 +171,32 @@ class Frame:
     CANCEL = 3  # caller → executor: [CANCEL, key]
     RECEIVED = 4  # executor → caller: [RECEIVED, key] — every call up to key arrived; none ran before this frame left
     OUTCOME = 5  # executor → caller: [OUTCOME, key, outcome bytes]
+
+
+class Outbox:
+    """The frames one end of a channel queues on its event loop: what one turn of the loop
+    queues leaves in one ``write`` (both ends send through one)."""
+
+    __slots__ = ("_write", "_frames", "_due")
+
+    def __init__(self, write: Callable[[bytes], None]) -> None:
+        self._write = write
+        self._frames: list[bytes] = []
+        self._due = False
+
+    def put(self, *items: Any) -> None:
+        """Queue the frame ``[*items]`` (its tag first)."""
+        self._frames.append(msgpack.packb(items))
+        if not self._due:
+            self._due = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what is queued now, instead of at the end of the loop's turn."""
+        self._due = False
+        if self._frames:
+            frames, self._frames = self._frames, []
+            self._write(b"".join(frames))
 
 
 # --- the task outcome ----------------------------------------------------------------------------
