@@ -43,11 +43,10 @@ from ..core.signal import AbortSignal
 from ..core.types import ToolDefinition, ToolRunContext
 from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
 from . import metrics
-from .channel_server import ChannelServer
-from .mailboxes import Item, Mailboxes
 from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
+from .surface import CallSurface
 from .transport import LocalTransport
 from .version import read_version
 from .wire import Envelope, Outcome
@@ -271,7 +270,7 @@ def _count_denial(stage: str, kind: str, tool: str) -> None:
 
 telemetry.on_denial(_count_denial)
 
-class ExecutorCore:
+class ExecutorCore(CallSurface):
     """Runs calls' pipelines as coroutines on one event loop (see the module docs).
 
     ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
@@ -285,8 +284,7 @@ class ExecutorCore:
         telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
-        self._mail = Mailboxes()
-        self._channel = ChannelServer(self.execute, self._mail.incarnation)
+        self._take_calls()
         self._calls = calls
         self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
         self._in_flight = 0
@@ -340,32 +338,6 @@ class ExecutorCore:
         self._slots = asyncio.Semaphore(self._calls)
         metrics.gauge_from("dsh_tool_calls_in_flight", lambda: self._in_flight)
         owner(self.registry, self.namespace).local = LocalTransport(self.execute_here, asyncio.get_running_loop())
-
-    async def execute_batch(self, client: str, items: list[Item]) -> str:
-        """Start a batch of ``client``'s calls (see ``batches``): each runs as
-        :meth:`execute` would run it, and its outcome waits for ``client``'s next
-        :meth:`collect`. Answers this executor process's incarnation."""
-        return self._mail.start(client, [(key, self.execute(envelope, plan_box, hub))
-                                         for key, envelope, plan_box, hub in items])
-
-    async def collect(self, client: str, incarnation: str, wait_s: float) -> list[tuple[int, bytes]] | None:
-        """``client``'s batched outcomes, once any is ready (``None``: ``incarnation`` is
-        not this process — its calls died with an earlier one)."""
-        return await self._mail.collect(client, incarnation, wait_s)
-
-    async def channel(self) -> tuple[str, str, bytes]:
-        """Where a caller on this node streams its calls instead (see ``channel_server``):
-        ``(node id, socket address, secret)``. Calls there run as :meth:`execute` runs them."""
-        address, secret = await self._channel.open()
-        return ray.get_runtime_context().get_node_id(), address, secret
-
-    async def alive(self) -> str:
-        """This executor process's incarnation: a probe that runs nothing."""
-        return self._mail.incarnation
-
-    async def cancel_batched(self, client: str, keys: list[int]) -> None:
-        """Cancel batched calls of ``client`` (each then answers *cancelled*)."""
-        self._mail.cancel(client, keys)
 
     async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code

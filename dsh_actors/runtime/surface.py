@@ -1,0 +1,65 @@
+"""What a caller's lanes send calls to: an actor that answers an envelope with an outcome.
+
+Two actors take calls this way — the executor (a call's envelope, :mod:`.executor`) and the
+Code Mode queue (a run's sub-call, :mod:`.codemode`). Both answer :meth:`execute` with an
+:class:`~.wire.Outcome`'s bytes, and :class:`CallSurface` gives both the rest of what a
+lane (:mod:`.lanes`) uses, so every route a call can take reaches either of them alike:
+
+- its own actor task (``execute``), or one of a batch (:meth:`~CallSurface.execute_batch`,
+  its outcome handed over by :meth:`~CallSurface.collect`, :mod:`.mailboxes`);
+- one frame on the actor's channel, from a caller on its node
+  (:meth:`~CallSurface.channel`, :mod:`.channel_server`);
+- ``alive``, a probe that runs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from .channel_server import ChannelServer
+from .mailboxes import Item, Mailboxes
+
+__all__ = ["CallSurface"]
+
+
+class CallSurface:
+    """The call-taking methods shared by the executor and the Code Mode queue (see the
+    module docs); a subclass defines ``execute`` and calls :meth:`_take_calls` first."""
+
+    _mail: Mailboxes
+    _channel: ChannelServer
+
+    def _take_calls(self) -> None:
+        self._mail = Mailboxes()
+        self._channel = ChannelServer(self.execute, self._mail.incarnation)
+
+    async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes:
+        raise NotImplementedError
+
+    async def execute_batch(self, client: str, items: list[Item]) -> str:
+        """Start a batch of ``client``'s calls (see ``lanes``): each runs as :meth:`execute`
+        would run it, and its outcome waits for ``client``'s next :meth:`collect`. Answers
+        this process's incarnation."""
+        return self._mail.start(client, [(key, self.execute(envelope, plan_box, hub))
+                                         for key, envelope, plan_box, hub in items])
+
+    async def collect(self, client: str, incarnation: str, wait_s: float) -> list[tuple[int, bytes]] | None:
+        """``client``'s batched outcomes, once any is ready (``None``: ``incarnation`` is
+        not this process — its calls died with an earlier one)."""
+        return await self._mail.collect(client, incarnation, wait_s)
+
+    async def cancel_batched(self, client: str, keys: list[int]) -> None:
+        """Cancel batched calls of ``client`` (each then answers *cancelled*)."""
+        self._mail.cancel(client, keys)
+
+    async def channel(self) -> tuple[str, str, bytes]:
+        """Where a caller on this node streams its calls instead (see ``channel_server``):
+        ``(node id, socket address, secret)``. Calls there run as :meth:`execute` runs them."""
+        address, secret = await self._channel.open()
+        return ray.get_runtime_context().get_node_id(), address, secret
+
+    async def alive(self) -> str:
+        """This process's incarnation: a probe that runs nothing."""
+        return self._mail.incarnation
