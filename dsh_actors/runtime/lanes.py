@@ -145,6 +145,8 @@ class _Lane:
         """Ask the executor where its channel listens and connect, trying again while Ray
         restarts it; an executor on another node, or one dead for good, keeps actor calls."""
         for pause in WHILE_RESTARTING.pauses():
+            if not ray.is_initialized():  # this process left Ray (a call would start a new one)
+                return None
             try:
                 where, address, secret = await self.executor.channel.remote()
                 if where != node:
