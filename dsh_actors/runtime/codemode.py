@@ -1,134 +1,155 @@
-"""Code Mode on Ray: the run's sub-calls, run by its executor or by a per-run queue actor.
+"""Code Mode on Ray: a run and its sub-calls, on the executor that took the call or in a
+per-run queue of a queue actor.
 
-By default (``code_dispatch="in-task"``) the executor running ``run_code`` runs each
-sub-call itself, on its own loop with no Ray hop (the local side of the transport): the
-bridge's FIFO already runs them one at a time in submission order, each through the full
-pipeline as the calling agent, and the run's signal is passed to every sub-call as it is.
+By default (``code_dispatch="in-task"``) the executor running ``run_code`` runs the program's
+sandbox and each sub-call itself, on its own loop with no Ray hop (the local side of the
+transport): the bridge's FIFO runs them one at a time in submission order, each through
+the full pipeline as the calling agent, and the run's signal is passed to every sub-call
+as it is.
 
 With ``code_dispatch="queue-actor"`` the registry keeps a pool of :class:`CodeRunQueue`
 actors pinned one to each node (created with the registry, so no run pays an actor
-start-up). Each ``run_code`` execution picks one on its own node and gets its own queue
-there, keyed by a run id: sub-calls run one at a time in submission order, and the queue
-actor runs each one's pipeline itself (it is an executor for them: the local side of the
-transport), as the calling agent — one actor hop out and back per sub-call, as a native
-call costs. The run's signal is mirrored into the queue (its ``abort`` runs in a control
-concurrency group, so it is never stuck behind a queued call): the in-flight sub-call's
-tool sees it, queued ones are abandoned, and the bridge drains the queue before
-``run_code`` returns. ``tool/code-dispatch`` events go to the session log whose id is the
-agent's id, when one is open. benchmarks/RESULTS.md has both modes side by side.
+start-up). The executor sends each run to a queue on its own node — one frame on the
+queue's channel, as a call to an executor on the node travels — and the queue hosts it:
+the run's queue of sub-calls (one at a time, in submission order), their pipelines (the
+queue is an executor for them: the local side of the transport, no hop per sub-call) and
+the program's sandbox. So a fleet's Code Mode work (sandboxes, their CPU, a program that
+floods its host) stays off the executors that serve native calls, at the cost of one
+actor per node and one hop per run. The run's signal is mirrored into the queue (its
+``abort`` runs in a control concurrency group, so it is never stuck behind a run): the
+in-flight sub-call's tool sees it and the bridge drains the queue before ``run_code``
+returns. A queue that dies under a run fails that run with ``WORKER_CRASHED``.
+
+``tool/code-dispatch`` events go to the session log whose id is the agent's id, when one
+is open. benchmarks/RESULTS.md has both modes side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, cast
 
+import msgpack
 import ray
 
 from ..codemode.backends import resolved_backend
 from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
-from ..codemode.transport import build_run_code
+from ..codemode.transport import RUN_CODE, build_run_code
 from ..core.signal import AbortController
-from ..core.types import ToolDefinition, ToolExecutionResult
+from ..core.errors import HarnessError
+from ..core.types import (ToolDefinition, ToolExecution, ToolExecutionResult, ToolRunContext, token_from_bytes,
+                          token_to_bytes)
 from . import metrics
 from .backoff import WHILE_RESTARTING
 from .calls import Call, CallInput
-from .errors import ACTOR_GONE, RAY_ERROR, WorkerCrashedError, died_for_good, translate
+from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, translate
 from .executor import ExecutorCore
-from .mailboxes import PROCESS_INCARNATION
 from .owner import owner
 from .routes import this_node
 from .signals import portable_reason
 from .session import SessionLog
+from .surface import CallSurface
 from .wire import Outcome
 
 __all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
 
 
 _OPENING = WHILE_RESTARTING.within(5.0)  # a run waits this long for a Code Mode queue to answer
-
-
-class _Run:
-    __slots__ = ("lock", "controller")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.controller = AbortController()
+_ANSWER = b"Q"  # the tag of a queue's answer (other answers are the Outcome a lane makes of a stopped task)
 
 
 QUEUE_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 """Options of a Code Mode queue actor (applied where the registry starts it)."""
 
 
-class CodeRunQueueService:
-    """Hosts many runs' queues; each run's sub-calls go one at a time, in order."""
+def pack_run(run_id: str, code: str, ctx: ToolRunContext) -> bytes:
+    """One run on its way to its queue: a msgpack bytes value (the channel's and an actor
+    task's cheapest argument) with what the run's body reads of its context."""
+    parent = ctx.parent
+    return msgpack.packb([run_id, code, ctx.call_id, ctx.agent, token_to_bytes(ctx.token),
+                          None if parent is None else token_to_bytes(parent), sorted(ctx.visible)])
 
-    def __init__(self, registry: str, namespace: str) -> None:
+
+def _unpack_run(raw: bytes, signal: Any, deferred: list[Any]) -> tuple[str, str, ToolRunContext]:
+    run_id, code, call_id, agent, token, parent, visible = msgpack.unpackb(raw)
+    execution = ToolExecution(call_id=call_id, name=RUN_CODE, arguments={"code": code}, agent=agent,
+                              parent=None if parent is None else token_from_bytes(parent), signal=signal,
+                              token=token_from_bytes(token))
+    # The body reads only the names it binds (its sub-calls resolve their definitions here).
+    names = cast("Mapping[str, ToolDefinition]", dict.fromkeys(visible))
+    return run_id, code, ToolRunContext(execution, deferred, names)
+
+
+class CodeRunQueueService(CallSurface):
+    """Hosts many runs and their queues (see the module docs). A run arrives like a call
+    to an executor (:class:`~.surface.CallSurface`): from its executor on this node as a
+    frame on this queue's channel, else as an actor task."""
+
+    def __init__(self, registry: str, namespace: str, mode: str = "code",
+                 config: CodeRuntimeConfig | None = None) -> None:
         self._owner = owner(registry, namespace)
         self._core = ExecutorCore(registry, namespace)  # it runs its sub-calls' pipelines itself
-        self._runs: dict[str, _Run] = {}
+        self._take_calls()
+        self._run_code = build_run_code(mode, runtime=lambda: _worker_runtime(config),
+                                        dispatch=_in_task_dispatcher(registry, namespace), record=_recorder(namespace))
+        self._runs: dict[str, AbortController] = {}
         # Aborts for runs this queue does not hold (not yet, or no longer): a late abort
-        # must not re-create a finished run, and an early one must still stop its calls.
+        # must not re-create a finished run, and an early one must still stop it.
         self._tombstones: dict[str, tuple[Any, float]] = {}
         self._lock = threading.Lock()  # abort runs on the control group's own thread
 
-    def _run(self, run_id: str) -> _Run:
+    def _begin(self, run_id: str) -> AbortController:
         with self._lock:
-            run = self._runs.get(run_id)
-            if run is None:
-                run = self._runs[run_id] = _Run()
+            controller = self._runs.get(run_id)
+            if controller is None:
+                controller = self._runs[run_id] = AbortController()
                 early = self._tombstones.pop(run_id, None)
                 if early is not None:
-                    run.controller.abort(early[0])
-            return run
+                    controller.abort(early[0])
+            return controller
 
-    async def submit(self, run_id: str, fields: dict[str, Any]) -> bytes | str:
-        """Run one sub-call when its turn comes (its result as an executor outcome's wire
-        form); a string when the run ended first."""
+    async def execute(self, envelope: bytes, plan_box: Any = None, hub: Any = None) -> bytes:
+        """Run one ``run_code`` (:func:`pack_run`) here, its sub-calls on this loop in
+        submission order; answers its value or the exception it raised, with the contexts
+        its sub-calls deferred."""
         if self._owner.local is None:
             self._core.serve_here()  # calls made on this loop run here: no hop to an executor
-        run = self._run(run_id)
-        async with run.lock:  # asyncio.Lock is FIFO: submission order
-            signal = run.controller.signal
-            if signal.aborted:
-                return f"run_code run is over ({signal.reason}); tool call abandoned"
-            result = await Call.of(self._owner, CallInput({**fields, "signal": signal}, {})).run()
-            return Outcome.result(result)
+        deferred: list[Any] = []
+        run_id = msgpack.unpackb(envelope)[0]
+        controller = self._begin(run_id)
+        _, code, ctx = _unpack_run(envelope, controller.signal, deferred)
+        try:
+            answer: tuple[Any, BaseException | None] = (await self._run_code.execute({"code": code}, ctx), None)
+        except Exception as exc:  # the run's own failure (CodeRunFailedError, a runtime refused): its caller's
+            answer = (None, exc)
+        finally:
+            with self._lock:
+                self._runs.pop(run_id, None)
+        return _ANSWER + ray.cloudpickle.dumps((*answer, deferred))
 
     def open(self, run_id: str) -> None:
-        """Start ``run_id``'s queue here (nothing runs: a dead queue found now is replaced
-        before any sub-call was sent to it)."""
-        self._run(run_id)
+        """A probe before a run is sent (nothing runs: a dead queue found now is replaced
+        before the run went to it)."""
 
     @ray.method(concurrency_group="control")
     def abort(self, run_id: str, reason: Any) -> None:
         with self._lock:
-            run = self._runs.get(run_id)
-            if run is None:
+            controller = self._runs.get(run_id)
+            if controller is None:
                 now = time.monotonic()
                 self._tombstones[run_id] = (reason, now)
                 for old in [k for k, (_, at) in self._tombstones.items() if now - at > 60.0]:
                     self._tombstones.pop(old, None)
                 return
-        run.controller.abort(reason)
-
-    async def forget(self, run_id: str) -> None:
-        with self._lock:
-            run = self._runs.pop(run_id, None)
-        if run is not None:
-            async with run.lock:
-                pass
+        controller.abort(reason)
 
     def runs(self) -> int:
         return len(self._runs)
-
-    async def alive(self) -> str:
-        """This queue process's incarnation: a probe that runs nothing."""
-        return PROCESS_INCARNATION
 
 
 _runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}
@@ -167,11 +188,12 @@ class _Counted:
         return getattr(self._inner, name)
 
 
-def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any], Any]:
-    """Sub-calls through a queue actor picked per run, on the run's node when one is there
-    (``pool``: ``(handle, node)`` pairs). A queue seen dead for good when the run opens is
-    replaced (by the registry, which owns the pool) and the run opens on its successor; one
-    that dies under a sub-call fails that sub-call with a coded text."""
+def _queued(registry: str, namespace: str, pool: list[Any], inner: ToolDefinition) -> ToolDefinition:
+    """``run_code`` whose body sends each run to a queue actor, on the run's node when one
+    is there (``pool``: ``(handle, node)`` pairs), and mirrors the run's signal into it. A
+    queue seen dead for good when the run opens is replaced (by the registry, which owns
+    the pool) and the run opens on its successor; one that dies under the run fails it
+    with ``WORKER_CRASHED``."""
     async def opened(run_id: str) -> Any:
         here = this_node()
         for pause in _OPENING.pauses():
@@ -190,42 +212,43 @@ def _dispatcher(registry: str, namespace: str, pool: list[Any]) -> Callable[[Any
                     await asyncio.sleep(pause)  # Ray is restarting it
         raise WorkerCrashedError("no Code Mode queue actor is available for this run")
 
-    def dispatch(run_signal: Any) -> Any:
+    async def execute(args: Any, ctx: ToolRunContext) -> Any:
         run_id = uuid.uuid4().hex
-        held: list[Any] = []  # the run's queue, once opened
-        removers: list[Callable[[], None]] = []
+        queue = await opened(run_id)
+        signal = ctx.signal
+        unfollow = (signal.add_listener(lambda reason: queue.abort.remote(run_id, portable_reason(reason)))
+                    if signal is not None else None)
+        sent = owner(registry, namespace).remote.send(queue, pack_run(run_id, args["code"], ctx), None, None)
+        try:
+            raw = await sent
+        except asyncio.CancelledError:
+            sent.cancel()  # this call was cancelled: so is its run, in the queue
+            raise
+        except Exception as exc:
+            # The queue died under the run (Ray restarts it for the next runs): a coded
+            # failure of this call, never Ray's own text.
+            failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
+            code = getattr(failure, "code", "RAY_ERROR")
+            raise HarnessError(f"the Code Mode queue running this program failed before it finished [{code}]; "
+                               "its tool calls may or may not have run", code) from None
+        finally:
+            if unfollow is not None:
+                unfollow()
+        if raw[:1] != _ANSWER:  # the queue's task stopped before the run could answer
+            outcome = Outcome.read(raw)
+            if outcome.kind == "cancelled":
+                raise ExecutionCancelledError("the Code Mode run was cancelled in its queue")
+            error = (outcome.failure or {}).get("error") or {}
+            raise HarnessError(f"the Code Mode queue running this program failed [{error.get('code')}]",
+                               str(error.get("code") or "RAY_ERROR"))
+        value, raised, deferred = ray.cloudpickle.loads(memoryview(raw)[1:])
+        for context in deferred:
+            ctx.defer_context(context)
+        if raised is not None:
+            raise raised
+        return value
 
-        async def send(fields: dict[str, Any]) -> ToolExecutionResult:
-            try:
-                if not held:
-                    held.append(await opened(run_id))
-                    removers.append(run_signal.add_listener(
-                        lambda reason: held[0].abort.remote(run_id, portable_reason(reason))))
-                outcome = await held[0].submit.remote(run_id, {k: v for k, v in fields.items() if k != "signal"})
-            except Exception as exc:
-                # The queue actor died (Ray restarts it for the next runs): this sub-call
-                # fails inside the program with a coded text, never Ray's own.
-                failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
-                code = getattr(failure, "code", "RAY_ERROR")
-                raise RuntimeError(f"Error: the Code Mode queue of this run failed before the call finished "
-                                   f"[{code}]; the tool call may or may not have run") from None
-            if isinstance(outcome, str):
-                raise RuntimeError(outcome)
-            return Outcome.read(outcome).value  # type: ignore[return-value]
-
-        async def close() -> None:
-            for remove in removers:
-                remove()
-            if held:
-                try:
-                    await held[0].forget.remote(run_id)
-                except RAY_ERROR:
-                    pass  # the queue died with this run's state in it: nothing left to forget
-
-        send.close = close  # type: ignore[attr-defined]
-        return send
-
-    return dispatch
+    return dataclasses.replace(inner, execute=execute)
 
 
 def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
@@ -261,18 +284,15 @@ def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], conf
                  dispatch: str = "in-task") -> ToolDefinition:
     """The ``run_code`` transport of a Ray registry (its body is a coroutine in an executor).
 
-    ``dispatch``: ``queue-actor`` (each run's queue lives in a pooled queue actor) or
-    ``in-task`` (the run's own task sends its sub-calls) — the same order and abort
-    semantics; see benchmarks/RESULTS.md for what each costs.
+    ``dispatch``: ``in-task`` (the run and its sub-calls on the executor that took the
+    call) or ``queue-actor`` (the run in a pooled queue actor on its node) — the same
+    order and abort semantics; see the module docs and benchmarks/RESULTS.md.
     """
-    return build_run_code(
-        mode,
-        runtime=lambda: _worker_runtime(config),
-        dispatch=(_dispatcher(registry, namespace, pool) if dispatch == "queue-actor"
-                  else _in_task_dispatcher(registry, namespace)),
-        record=_recorder(namespace),
-    )  # no Ray options: the body is a coroutine in the executor, mostly waiting on sub-calls
+    in_task = build_run_code(mode, runtime=lambda: _worker_runtime(config),
+                             dispatch=_in_task_dispatcher(registry, namespace), record=_recorder(namespace))
+    # No Ray options either way: the body is a coroutine in the executor, mostly waiting.
+    return _queued(registry, namespace, pool, in_task) if dispatch == "queue-actor" else in_task
 
 
 CodeRunQueue = ray.remote(concurrency_groups={"control": 2})(CodeRunQueueService)  # type: ignore[call-overload]
-"""The Code Mode queue actor class (``abort`` runs in a concurrency group of its own: never behind a sub-call)."""
+"""The Code Mode queue actor class (``abort`` runs in a concurrency group of its own: never behind a run)."""

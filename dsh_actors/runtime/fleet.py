@@ -143,7 +143,9 @@ class Fleet:
 
     def _queue(self, index: int, nodes: list[str]) -> tuple[Any, str | None]:
         node = _on(nodes, index)
-        return self.spawner.spawn("queue", {"node": node}, self.config.name, self.config.namespace), node
+        config = self.config
+        return self.spawner.spawn("queue", {"node": node}, config.name, config.namespace, config.mode,
+                                  config.code_runtime), node
 
     def replace_queue(self, dead: str, nodes: list[str]) -> tuple[Any, str | None] | None:
         """Queue ``dead`` died for good: start its successor (once) and return it with its

@@ -129,7 +129,7 @@ def test_prompt_assembly_works_over_the_ray_client(code_registry):
 
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
-def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_runs_work(ray_cluster, kill):
+def test_a_killed_queue_actor_fails_its_run_with_a_coded_result_and_later_runs_work(ray_cluster, kill):
     import signal as signals
 
     registry = ToolRegistry.connect(f"queue-kill-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",
@@ -149,7 +149,7 @@ def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_run
 
         async def scenario():
             run = asyncio.ensure_future(registry.execute(call_id="k", name="run_code", arguments={
-                "code": "try:\n    await tools.slow()\nexcept RuntimeError as exc:\n    return str(exc)"}))
+                "code": "await tools.slow()\nreturn 'the run outlived its queue'"}))
             deadline = time.monotonic() + 60
             while not await started.all.remote() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -160,8 +160,8 @@ def test_a_killed_queue_actor_fails_its_sub_call_with_a_coded_text_and_later_run
                     os.kill(await queue.__ray_call__.remote(lambda self: os.getpid()), signals.SIGKILL)
             return await asyncio.wait_for(run, T)
 
-        result = asyncio.run(scenario())
-        assert "[WORKER_CRASHED]" in result.text
+        result = asyncio.run(scenario())  # the run died with the queue that hosted it: one coded result
+        assert result.is_error and result.error["code"] == "WORKER_CRASHED" and "[WORKER_CRASHED]" in result.text
         assert not re.search(r"[0-9a-f]{24}|pid=|127\.0\.0\.1", result.text)  # no actor id, pid or address
         deadline = time.monotonic() + 60  # Ray restarts SIGKILLed queue actors (slowly on a loaded machine)
         for queue in queues if kill == "SIGKILL" else []:
@@ -193,3 +193,78 @@ def test_in_task_sub_calls_run_on_the_runs_own_executor_without_a_ray_hop(ray_cl
         assert len(set(eval(ran.text))) == 1 and {int(p) for p in eval(ran.text)} <= pids  # ... a run's sub-calls stay home
     finally:
         registry.shutdown()
+
+
+def _children(pid):
+    """The pids whose parent is ``pid``, read from /proc (the process's own view is not asked)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    stat = file.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_a_queue_actor_hosts_its_run_the_sandbox_and_the_sub_calls_streamed_from_the_executor(ray_cluster):
+    registry = ToolRegistry.connect(f"code-queue-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",
+                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
+                                                                   max_wall_ms=60_000))
+    try:
+        registry.register(echo(execute=lambda a, c: [text_block(str(os.getpid()))])).result(T)
+        pid_of = lambda handle: ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T)  # noqa: E731
+        executors = {pid_of(e) for e in ray.get(registry._handle().executors.remote(), timeout=T)}
+        queues = {pid_of(q): q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)}
+        ran = [run_code(registry.scope(f"q{i}"), "return [await tools.echo() for _ in range(4)]") for i in range(3)]
+        hosts = {int(p) for result in ran for p in eval(result.text)}
+        assert len(hosts) == 1 and hosts <= set(queues) and not hosts & executors  # every sub-call in one queue
+        host = hosts.pop()
+        assert _children(host)  # the sandbox's fork server is the queue's child ...
+        assert not any(_children(pid) for pid in executors)  # ... and no executor started one
+        served = ray.get(queues[host].__ray_call__.remote(lambda self: self._channel.served), timeout=T)
+        assert served >= 2  # the runs came over the queue's channel (the first may go as an actor task)
+        assert sum(ray.get([q.runs.remote() for q in queues.values()], timeout=T)) == 0  # nothing kept after
+    finally:
+        registry.shutdown()
+
+
+def test_the_callers_abort_reaches_the_in_flight_sub_call_and_deferred_context_comes_back(code_registry):
+    from dsh_actors.core.signal import AbortController
+
+    seen = Recorder.remote()
+    context = {"content": "from the sub-call", "source": {"kind": "plugin", "plugin": "probe"}}
+
+    async def waits(args, ctx):
+        seen.add.remote("started")
+        seen.add.remote(await ctx.signal)
+        return [text_block("stopped")]
+
+    def defers(args, ctx):
+        ctx.defer_context(context)
+        return [text_block("deferred")]
+
+    code_registry.register(echo("waits", execute=waits)).result(T)
+    code_registry.register(echo("defers", execute=defers)).result(T)
+    result = run_code(code_registry, "return await tools.defers()")
+    assert result.text == "deferred" and list(result.additional_context) == [context]
+
+    async def aborted():
+        controller = AbortController()
+        call = asyncio.ensure_future(code_registry.execute(
+            call_id="ab", name="run_code", arguments={"code": "await tools.waits()\nreturn 'not aborted'"},
+            signal=controller.signal))
+        deadline = time.monotonic() + 60
+        while "started" not in await seen.all.remote() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        controller.abort("the caller gave up")
+        return await asyncio.wait_for(call, T)
+
+    asyncio.run(aborted())
+    deadline = time.monotonic() + 20
+    while len(ray.get(seen.all.remote(), timeout=T)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.get(seen.all.remote(), timeout=T) == ["started", "the caller gave up"]
