@@ -47,7 +47,7 @@ from ..core.types import (ToolDefinition, ToolExecution, ToolExecutionResult, To
 from . import metrics
 from .backoff import WHILE_RESTARTING
 from .calls import Call, CallInput
-from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, translate
+from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, never_reached, translate
 from .executor import ExecutorCore
 from .owner import owner
 from .routes import this_node
@@ -190,15 +190,20 @@ class _Counted:
 
 def _queued(registry: str, namespace: str, pool: list[Any], inner: ToolDefinition) -> ToolDefinition:
     """``run_code`` whose body sends each run to a queue actor, on the run's node when one
-    is there (``pool``: ``(handle, node)`` pairs), and mirrors the run's signal into it. A
-    queue seen dead for good when the run opens is replaced (by the registry, which owns
-    the pool) and the run opens on its successor; one that dies under the run fails it
-    with ``WORKER_CRASHED``."""
+    is there (``pool``: ``(handle, node)`` pairs), and mirrors the run's signal into it.
+
+    A queue this process streams to is sent the run at once (its channel tells a run that
+    never reached it from one that may have run); any other is probed first, so one seen
+    dead for good is replaced (by the registry, which owns the pool) before the run goes.
+    A run that never reached its queue goes once more, to a queue that answers; one whose
+    queue died under it fails with ``WORKER_CRASHED``."""
     async def opened(run_id: str) -> Any:
-        here = this_node()
+        state, here = owner(registry, namespace), this_node()
         for pause in _OPENING.pauses():
             local = [entry for entry in pool if entry[1] == here]
             queue, node = random.choice(local or pool)
+            if state.remote.streams_to(queue):
+                return queue
             try:
                 await queue.open.remote(run_id)
                 return queue
@@ -206,49 +211,69 @@ def _queued(registry: str, namespace: str, pool: list[Any], inner: ToolDefinitio
                 if pause is None:
                     break
                 if died_for_good(exc):
-                    fresh = await owner(registry, namespace).link.call("code_queue", queue._actor_id.hex())
+                    fresh = await state.link.call("code_queue", queue._actor_id.hex())
                     pool[:] = [fresh if q._actor_id == queue._actor_id else (q, n) for q, n in pool]
                 else:
                     await asyncio.sleep(pause)  # Ray is restarting it
         raise WorkerCrashedError("no Code Mode queue actor is available for this run")
 
-    async def execute(args: Any, ctx: ToolRunContext) -> Any:
-        run_id = uuid.uuid4().hex
-        queue = await opened(run_id)
-        signal = ctx.signal
+    async def hosted(queue: Any, run_id: str, run: bytes, signal: Any) -> bytes:
         unfollow = (signal.add_listener(lambda reason: queue.abort.remote(run_id, portable_reason(reason)))
                     if signal is not None else None)
-        sent = owner(registry, namespace).remote.send(queue, pack_run(run_id, args["code"], ctx), None, None)
+        sent = owner(registry, namespace).remote.send(queue, run, None, None)
         try:
-            raw = await sent
+            return await sent
         except asyncio.CancelledError:
             sent.cancel()  # this call was cancelled: so is its run, in the queue
             raise
-        except Exception as exc:
-            # The queue died under the run (Ray restarts it for the next runs): a coded
-            # failure of this call, never Ray's own text.
-            failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
-            code = getattr(failure, "code", "RAY_ERROR")
-            raise HarnessError(f"the Code Mode queue running this program failed before it finished [{code}]; "
-                               "its tool calls may or may not have run", code) from None
         finally:
             if unfollow is not None:
                 unfollow()
-        if raw[:1] != _ANSWER:  # the queue's task stopped before the run could answer
-            outcome = Outcome.read(raw)
-            if outcome.kind == "cancelled":
-                raise ExecutionCancelledError("the Code Mode run was cancelled in its queue")
-            error = (outcome.failure or {}).get("error") or {}
-            raise HarnessError(f"the Code Mode queue running this program failed [{error.get('code')}]",
-                               str(error.get("code") or "RAY_ERROR"))
-        value, raised, deferred = ray.cloudpickle.loads(memoryview(raw)[1:])
-        for context in deferred:
-            ctx.defer_context(context)
-        if raised is not None:
-            raise raised
-        return value
+
+    async def execute(args: Any, ctx: ToolRunContext) -> Any:
+        run_id = uuid.uuid4().hex
+        run = pack_run(run_id, args["code"], ctx)
+        for last in (False, True):
+            queue = await opened(run_id)
+            try:
+                raw = await hosted(queue, run_id, run, ctx.signal)
+                break
+            except ACTOR_GONE as exc:
+                if never_reached(exc) and not last:
+                    continue  # nothing ran: once more, on a queue that answers
+                raise _queue_failed(exc) from None
+            except Exception as exc:
+                raise _queue_failed(exc) from None
+        return _answered(raw, ctx)
 
     return dataclasses.replace(inner, execute=execute)
+
+
+def _queue_failed(exc: BaseException) -> HarnessError:
+    """The queue died under the run (Ray restarts it for the next runs): a coded failure
+    of this call, never Ray's own text."""
+    failure = translate(exc, actor=WorkerCrashedError, what="the Code Mode queue of this run")
+    code = getattr(failure, "code", "RAY_ERROR")
+    return HarnessError(f"the Code Mode queue running this program failed before it finished [{code}]; "
+                        "its tool calls may or may not have run", code)
+
+
+def _answered(raw: bytes, ctx: ToolRunContext) -> Any:
+    """The run's value (or what it raised) from its queue's answer, its deferred contexts
+    handed to ``ctx``."""
+    if raw[:1] != _ANSWER:  # the queue's task stopped before the run could answer
+        outcome = Outcome.read(raw)
+        if outcome.kind == "cancelled":
+            raise ExecutionCancelledError("the Code Mode run was cancelled in its queue")
+        error = (outcome.failure or {}).get("error") or {}
+        raise HarnessError(f"the Code Mode queue running this program failed [{error.get('code')}]",
+                           str(error.get("code") or "RAY_ERROR"))
+    value, raised, deferred = ray.cloudpickle.loads(memoryview(raw)[1:])
+    for context in deferred:
+        ctx.defer_context(context)
+    if raised is not None:
+        raise raised
+    return value
 
 
 def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:

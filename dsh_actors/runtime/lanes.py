@@ -283,6 +283,12 @@ class Lanes:
             if lane.channel is not None:
                 lane.channel.discard()
 
+    def streams_to(self, executor: Any) -> bool:
+        """Whether calls to ``executor`` go on its open channel now (so one that never
+        reaches it is told from one that may have run, without a probe)."""
+        lane = self._lanes.get(executor._actor_id)
+        return lane is not None and lane.channel is not None
+
     def send(self, executor: Any, envelope: bytes, plan_box: Any = None, hub: Any = None) -> SentCall:
         """Send one call's envelope to ``executor`` (see the module docs)."""
         key = executor._actor_id

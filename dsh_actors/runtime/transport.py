@@ -50,6 +50,11 @@ class RemoteTransport:
                 lanes = self._lanes.setdefault(loop, Lanes(loop))
         return lanes.send(executor, envelope, plan_box, hub)
 
+    def streams_to(self, executor: Any) -> bool:
+        """Whether this loop's calls to ``executor`` go on its open channel now."""
+        lanes = self._lanes.get(asyncio.get_running_loop())
+        return lanes is not None and lanes.streams_to(executor)
+
     def _forget_closed_loops(self) -> None:
         """A driver that calls ``asyncio.run`` again and again leaves closed loops behind:
         their lanes' channels are closed here, so sockets never pile up."""

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -18,12 +19,16 @@ from .fixtures import Recorder, echo
 T = 120
 
 
+def connect(prefix, dispatch="queue-actor"):
+    """A fresh Code Mode registry on the CPython sandbox."""
+    return ToolRegistry.connect(f"{prefix}-{time.monotonic_ns()}", mode="code", code_dispatch=dispatch,
+                                code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
+                                                               max_wall_ms=60_000))
+
+
 @pytest.fixture(params=["queue-actor", "in-task"])
 def code_registry(ray_cluster, request):
-    registry = ToolRegistry.connect(f"code-{time.monotonic_ns()}", mode="code",
-                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
-                                                                   max_wall_ms=60_000),
-                                    code_dispatch=request.param)
+    registry = connect("code", request.param)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
     registry.shutdown()
@@ -130,11 +135,7 @@ def test_prompt_assembly_works_over_the_ray_client(code_registry):
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_a_killed_queue_actor_fails_its_run_with_a_coded_result_and_later_runs_work(ray_cluster, kill):
-    import signal as signals
-
-    registry = ToolRegistry.connect(f"queue-kill-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",
-                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
-                                                                   max_wall_ms=60_000))
+    registry = connect("queue-kill")
     try:
         started = Recorder.remote()
 
@@ -153,12 +154,15 @@ def test_a_killed_queue_actor_fails_its_run_with_a_coded_result_and_later_runs_w
             deadline = time.monotonic() + 60
             while not await started.all.remote() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            for queue in queues:  # whichever queue holds the run
+            pids = [await queue.__ray_call__.remote(lambda self: os.getpid()) for queue in queues]
+            for queue, pid in zip(queues, pids):  # whichever queue holds the run
                 if kill == "ray.kill":
                     ray.kill(queue)  # dead for good: the registry must start successors
                 else:
-                    os.kill(await queue.__ray_call__.remote(lambda self: os.getpid()), signals.SIGKILL)
-            return await asyncio.wait_for(run, T)
+                    os.kill(pid, signal.SIGKILL)
+            result = await asyncio.wait_for(run, T)
+            _wait_gone(pids)  # a run sent to a queue still dying may reach it (and die with it)
+            return result
 
         result = asyncio.run(scenario())  # the run died with the queue that hosted it: one coded result
         assert result.is_error and result.error["code"] == "WORKER_CRASHED" and "[WORKER_CRASHED]" in result.text
@@ -174,6 +178,36 @@ def test_a_killed_queue_actor_fails_its_run_with_a_coded_result_and_later_runs_w
         for i in range(6):  # runs on every executor, each picking a queue at random
             again = run_code(registry, f'return await tools.echo(text="after {i}")')
             assert again.text == f"after {i}" and not again.is_error
+    finally:
+        registry.shutdown()
+
+
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_runs_made_right_after_idle_queues_die_go_to_live_queues_and_each_runs_once(ray_cluster, kill):
+    registry = connect("queue-idle")
+    try:
+        ran = Recorder.remote()
+
+        def marked(args, ctx):
+            ray.get(ran.add.remote(args["text"]))  # counted outside the queue, before it answers
+            return [text_block(args["text"])]
+
+        registry.register(echo(execute=marked)).result(T)
+        for i in range(4):  # every executor has streamed a run to its node's queue
+            assert run_code(registry, f'return await tools.echo(text="warm {i}")').text == f"warm {i}"
+        queues = [q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)]
+        pids = [ray.get(queue.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for queue in queues]
+        for queue, pid in zip(queues, pids):  # idle: no run is in any of them
+            if kill == "ray.kill":
+                ray.kill(queue)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        _wait_gone(pids)  # dead, not dying: a run sent now cannot have reached them
+        after = [registry.execute(call_id=f"a{i}", name="run_code",
+                                  arguments={"code": f'return await tools.echo(text="after {i}")'}) for i in range(6)]
+        assert [r.result(T).text for r in after] == [f"after {i}" for i in range(6)]  # none lost, none crashed
+        marks = ray.get(ran.all.remote(), timeout=T)
+        assert sorted(m for m in marks if m.startswith("after")) == [f"after {i}" for i in range(6)]  # each ran once
     finally:
         registry.shutdown()
 
@@ -195,6 +229,22 @@ def test_in_task_sub_calls_run_on_the_runs_own_executor_without_a_ray_hop(ray_cl
         registry.shutdown()
 
 
+def _wait_gone(pids, within=60.0):
+    """Until none of ``pids`` is a live process (gone, or a zombie left for its parent)."""
+    deadline = time.monotonic() + within
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as file:
+                    if file.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break
+            except OSError:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"process {pid} still runs {within} s after it was killed")
+
+
 def _children(pid):
     """The pids whose parent is ``pid``, read from /proc (the process's own view is not asked)."""
     found = []
@@ -211,9 +261,7 @@ def _children(pid):
 
 
 def test_a_queue_actor_hosts_its_run_the_sandbox_and_the_sub_calls_streamed_from_the_executor(ray_cluster):
-    registry = ToolRegistry.connect(f"code-queue-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",
-                                    code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
-                                                                   max_wall_ms=60_000))
+    registry = connect("code-queue")
     try:
         registry.register(echo(execute=lambda a, c: [text_block(str(os.getpid()))])).result(T)
         pid_of = lambda handle: ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T)  # noqa: E731
