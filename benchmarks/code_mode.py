@@ -49,8 +49,8 @@ class Stamps:
         return self.items
 
 
-SUBCALL_ROUNDS = 11
-"""Rounds per row of the sub-call table: a row is ~50 ms, and three rounds were noise."""
+SUBCALL_ROUNDS = 21
+"""Rounds per row of the sub-call table, taken in turn with the other rows (see :func:`interleaved`)."""
 
 
 async def timed(call, rounds):
@@ -62,6 +62,21 @@ async def timed(call, rounds):
         await call()
         samples.append((time.perf_counter() - start) * 1e3)
     return statistics.median(samples)
+
+
+async def interleaved(calls, rounds):
+    """The median of each call's rounds, taken in turn (A B C A B C ...): a machine that
+    slows down or speeds up during the run moves every row alike, not one row."""
+    for call in calls:
+        for _ in range(3):
+            await call()
+    samples = [[] for _ in calls]
+    for _ in range(rounds):
+        for call, taken in zip(calls, samples):
+            start = time.perf_counter()
+            await call()
+            taken.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(taken) for taken in samples]
 
 
 async def main(rounds: int) -> tuple[str, str, str]:
@@ -83,20 +98,19 @@ async def main(rounds: int) -> tuple[str, str, str]:
     empty = table(["empty program", "p50 ms"], [[label, f"{ms:.1f}"] for label, ms in rows])
 
     program = "for i in range(100):\n    await tools.echo(text=str(i))"
-    native_ms = await timed(lambda: _hundred_native(scope), SUBCALL_ROUNDS)
-    code_ms = await timed(lambda: scope.execute(call_id="h", name="run_code", arguments={"code": program}),
-                          SUBCALL_ROUNDS)
     direct = ToolRegistry.connect("bench-code-in-task", mode="code", code_runtime=CPYTHON,
                                   code_dispatch="in-task")
     await direct.register(echo)
     direct_scope = direct.scope("bench")
-    direct_ms = await timed(lambda: direct_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
-                            SUBCALL_ROUNDS)
     monty = ToolRegistry.connect("bench-code-monty", mode="code", code_runtime=CodeRuntimeConfig(backend="monty"))
     await monty.register(echo)
     monty_scope = monty.scope("bench")
-    monty_ms = await timed(lambda: monty_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
-                           SUBCALL_ROUNDS)
+    native_ms, code_ms, direct_ms, monty_ms = await interleaved([
+        lambda: _hundred_native(scope),
+        lambda: scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+        lambda: direct_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+        lambda: monty_scope.execute(call_id="h", name="run_code", arguments={"code": program}),
+    ], SUBCALL_ROUNDS)
     monty.shutdown()
     sub = table(["100 calls", f"total ms (median of {SUBCALL_ROUNDS})", "ratio"], [
         ["100 native calls from the driver, sequential", f"{native_ms:.0f}", "1.00×"],
@@ -107,9 +121,10 @@ async def main(rounds: int) -> tuple[str, str, str]:
          f"{direct_ms / native_ms:.2f}×"],
         ["one run_code on Monty, 100 sub-calls, code_dispatch=in-task", f"{monty_ms:.0f}",
          f"{monty_ms / native_ms:.2f}×"],
-    ]) + ("\n\nGoal: ≤ 1.3×. Each sub-call runs the full pipeline: with `in-task` on the run's own executor, on "
-          "its loop (no Ray hop); with `queue-actor` in the run's queue actor, on the run's node (one hop out and "
-          "back, as a native call). The CPython rows include one sandbox run and the program↔host frames; the "
+    ]) + ("\n\nGoal: ≤ 1.3×. Rows taken in turn, round by round (median of each). Each sub-call runs the full "
+          "pipeline with no Ray hop: with `in-task` on the executor that took the run, with `queue-actor` in the "
+          "queue actor on the run's node that hosts the run (one hop there and back per run, not per sub-call). "
+          "The CPython rows include one sandbox run and the program↔host frames; the "
           "Monty row one Monty run.")
 
     rows = []
