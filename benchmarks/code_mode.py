@@ -5,7 +5,7 @@ Run: ``python benchmarks/code_mode.py``. Writes to RESULTS.md:
 * an empty program's latency (warm): the sandbox alone, ``run_code`` in one process,
   ``run_code`` on Ray — next to a bare Ray task;
 * one program making 100 sequential sub-calls vs 100 native calls from a driver (goal
-  ≤ 1.5×);
+  ≤ 1.3×, either dispatch);
 * the time from a run settling to its in-flight sub-call seeing the abort.
 """
 
