@@ -133,33 +133,44 @@ class Sandbox:
         return watched
 
     async def end(self, timeout_s: float = 2.0) -> None:
-        """:meth:`kill`, then wait (on the event loop, without polling: a pidfd becomes
-        readable when its process has exited) until no process running the program is
-        left; the trusted reaper and launcher follow within milliseconds."""
+        """:meth:`kill`, then wait until no process running the program is left — not even
+        its exit status waiting for the reaper, so nothing of a run outlives it (a pidfd
+        becomes readable when its process has exited; its reaping follows within moments).
+        The trusted reaper and launcher (not the program's uid) follow within milliseconds."""
         import asyncio
 
+        program = self._program
         watched = self.kill()
         if watched < 0:
             return
         loop = asyncio.get_running_loop()
         gone: asyncio.Future[None] = loop.create_future()
-
-        def exited() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        loop.add_reader(watched, exited)
+        deadline = loop.time() + timeout_s
+        loop.add_reader(watched, lambda: gone.done() or gone.set_result(None))
         try:
             await asyncio.wait([gone], timeout=timeout_s)
         finally:
             loop.remove_reader(watched)
             os.close(watched)
+        if program is not None:
+            born = _started(program)  # the exited program, until its reaper reaps it
+            while born is not None and _started(program) == born and loop.time() < deadline:
+                await asyncio.sleep(0.0005)
 
     def discard(self) -> None:
         """:meth:`kill` without waiting (spares at close, sandboxes nobody will run)."""
         watched = self.kill()
         if watched >= 0:
             os.close(watched)
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (``None``: no such process): a pid reused by another
+    process reads another start."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
