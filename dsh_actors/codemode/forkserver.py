@@ -146,7 +146,12 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         gone: asyncio.Future[None] = loop.create_future()
         deadline = loop.time() + timeout_s
-        loop.add_reader(watched, lambda: gone.done() or gone.set_result(None))
+
+        def exited() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(watched, exited)
         try:
             await asyncio.wait([gone], timeout=timeout_s)
         finally:
