@@ -420,9 +420,22 @@ class AgentScope(_Registrar):
         """Dispose everything this scope registered and release its actor; the agent id
         can be used again (a new, empty scope)."""
         async def run() -> None:
-            await self._link.call("drop_scope", self.agent_id)  # closes it on its host, then forgets it
+            if not self._nothing_to_close():
+                await self._link.call("drop_scope", self.agent_id)  # closes it on its host, then forgets it
             self._link.forget_scope(self.agent_id)
+            self.registry._owner_state.plans.forget(self.agent_id)
         return Response(run)
+
+    def _nothing_to_close(self) -> bool:
+        """Whether this scope provably holds nothing anywhere, so closing it needs no call:
+        its hosts are shared (no actor of its own), and the plan this process holds for it
+        was answered for no scope (it never changed anything: no layer on its host, no
+        journal in the registry) at the registry's version as of a live lease — so no
+        change to it has returned since. An episode that changes nothing then costs the
+        registry nothing when it ends (every other close is one registry call, as before)."""
+        plans = self.registry._owner_state.plans
+        ticket = plans.cached(self.agent_id)
+        return self._link.shares_hosts and ticket is not None and not ticket.scoped and plans.current(ticket)
 
 
 class Plugin(_Registrar):

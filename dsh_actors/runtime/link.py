@@ -116,6 +116,12 @@ class RegistryLink:
             self._scopes[agent] = handle
         return handle
 
+    @property
+    def shares_hosts(self) -> bool:
+        """Whether this registry's scopes are known to live in its shared hosts (no actor of
+        their own: one whose host holds nothing for it has nothing to end)."""
+        return bool(self._hosts)
+
     async def _scope_hosts(self) -> list[Any]:
         """The registry's scope hosts, asked once however many scopes start at the same
         moment ([] with dedicated hosting); asked again after a registry change."""

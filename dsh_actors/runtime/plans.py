@@ -137,6 +137,10 @@ class PlanCache:
             self._incarnation = self._link.incarnation
         return self._tickets.get(agent)
 
+    def forget(self, agent: str) -> None:
+        """Drop ``agent``'s ticket (its scope closed: a new one of that id starts empty)."""
+        self._tickets.pop(agent, None)
+
     async def ticket(self, agent: str | None, *, refresh: bool = False) -> PlanTicket:
         cached = self.cached(agent)  # also drops what an older registry left
         ticket = None if refresh else cached

@@ -145,6 +145,11 @@ class ScopeHostService:
             scope = self._scopes[agent] = _Scope(ScopeCore(agent, self._journals.pop(agent, ())))
         return scope
 
+    def _held(self, agent: str) -> _Scope | None:
+        """``agent``'s scope if it exists (or has a journal to be rebuilt from): a read never
+        makes one, so an agent that changes nothing leaves nothing here to close."""
+        return self._scope(agent) if agent in self._scopes or agent in self._journals else None
+
     async def _reserved(self) -> tuple[str, ...]:
         _, base, _ = await self._base_plan()
         return tuple(base.reserved)
@@ -196,7 +201,9 @@ class ScopeHostService:
         return await self._change(agent, "listener", make)
 
     async def dispose(self, agent: str, reg_id: int) -> None:
-        scope = self._scope(agent)
+        scope = self._held(agent)
+        if scope is None:
+            return  # nothing registered here to dispose (the scope was closed, or never changed)
         async with scope.lock:
             if scope.core.dispose(reg_id):
                 await self._registry.scope_disposed.remote(agent, reg_id)
@@ -220,21 +227,28 @@ class ScopeHostService:
 
     async def _plan(self, agent: str) -> tuple[int, ExecutionPlan]:
         version, base, chains = await self._base_plan()
-        return version, compose_plan(base, chains, self._scope(agent).core.layer)
+        scope = self._held(agent)
+        return version, base if scope is None else compose_plan(base, chains, scope.core.layer)
 
     async def plan(self, agent: str, known: int | None = None) -> PlanTicket:
         """``agent``'s plan ticket; ``known``: the registry version the caller holds a live
         lease on, if any (see :meth:`_base_plan`)."""
-        scope = self._scope(agent)
+        scope = self._held(agent)
+        if scope is None:  # no scope: the base plan, and nothing made here for the agent
+            version, base, _ = await self._base_plan(known)
+            return self._base_ticket_of(version, base)
         async with scope.lock:
             version, base, chains = await self._base_plan(known)
-            if scope.core.layer.empty:  # its plan is the base plan: one ticket for all such scopes
-                if self._base_ticket is None or self._base_ticket.version != version:
-                    self._base_ticket = PlanTicket.of(version, base)
-                return self._base_ticket
+            if scope.core.layer.empty:  # its plan is the base plan (one ticket for all such scopes)
+                return self._base_ticket_of(version, base).held()
             if scope.ticket is None or scope.ticket.version != version:  # composed only when stale
                 scope.ticket = PlanTicket.of(version, compose_plan(base, chains, scope.core.layer))
             return scope.ticket
+
+    def _base_ticket_of(self, version: int, base: ExecutionPlan) -> PlanTicket:
+        if self._base_ticket is None or self._base_ticket.version != version:
+            self._base_ticket = PlanTicket.of(version, base, scoped=False)
+        return self._base_ticket
 
     async def get(self, agent: str, name: str) -> ToolDefinition | None:
         return (await self._plan(agent))[1].tools.get(name)
@@ -243,7 +257,9 @@ class ScopeHostService:
         return list((await self._plan(agent))[1].tools.values())
 
     async def known_names(self, agent: str) -> list[str]:
-        return self._scope(agent).core.known_names(await self._registry.global_names.remote())
+        names = await self._registry.global_names.remote()
+        scope = self._held(agent)
+        return names if scope is None else scope.core.known_names(names)
 
     async def schemas(self, agent: str) -> list[ToolSchema]:
         return [d.schema() for d in (await self._plan(agent))[1].tools.values()]

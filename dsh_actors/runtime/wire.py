@@ -71,25 +71,32 @@ def approvals_actor_name(registry: str) -> str:
 class PlanTicket:
     """What a client caches per scope: the registry version the plan was composed at, the
     plan's object ref (boxed, so an executor receives the ref and fetches the plan only on
-    a cache miss), and whether the plan has ``tools/result`` observers (they run in the
-    caller's process, which then fetches the plan once). Where each body runs is the
-    executor's business."""
+    a cache miss), whether the plan has ``tools/result`` observers (they run in the
+    caller's process, which then fetches the plan once), and whether the scope it was
+    answered for exists on its host (``scoped``: an agent that never changed its scope has
+    none — its plan is the base plan, and there is nothing to close). Where each body
+    runs is the executor's business."""
 
-    __slots__ = ("version", "plan_box", "plan_id", "observed")
+    __slots__ = ("version", "plan_box", "plan_id", "observed", "scoped")
 
-    def __init__(self, version: int, plan_box: list[Any], observed: bool = True) -> None:
+    def __init__(self, version: int, plan_box: list[Any], observed: bool = True, scoped: bool = True) -> None:
         self.version = version
         self.plan_box = plan_box
         self.plan_id = plan_box[0].hex()
         self.observed = observed
+        self.scoped = scoped
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PlanTicket, (self.version, self.plan_box, self.observed))
+        return (PlanTicket, (self.version, self.plan_box, self.observed, self.scoped))
 
     @classmethod
-    def of(cls, version: int, plan: ExecutionPlan) -> "PlanTicket":
+    def of(cls, version: int, plan: ExecutionPlan, scoped: bool = True) -> "PlanTicket":
         """Put ``plan`` in the object store and describe it."""
-        return cls(version, [ray.put(plan)], bool(plan.result))
+        return cls(version, [ray.put(plan)], bool(plan.result), scoped)
+
+    def held(self) -> "PlanTicket":
+        """This (base) ticket, for a scope that exists on its host with an empty layer."""
+        return PlanTicket(self.version, self.plan_box, self.observed, True)
 
 
 # --- the version subscription's timing -------------------------------------------------------

@@ -191,7 +191,8 @@ def test_a_killed_shared_host_brings_every_agent_on_it_back_from_the_journals(ra
         assert names(closed.visible().result(T)) == ["echo", "rm"]  # a closed scope stays closed: new and empty
         fresh = asyncio.run(registry._scope_handle("careful"))
         assert fresh._actor_id != handle._actor_id
-        assert sorted(ray.get(fresh.agents.remote(), timeout=T)) == ["careful", "closed", "shadowed"]
+        # the closed scope's journal is not brought back, and reading it made nothing there
+        assert sorted(ray.get(fresh.agents.remote(), timeout=T)) == ["careful", "shadowed"]
     finally:
         registry.shutdown()
 
@@ -203,8 +204,10 @@ def test_shared_hosting_spreads_agents_over_its_hosts_and_a_mismatched_connect_i
     registry = ToolRegistry.connect(name, scope_hosting="shared", scope_hosts=3)
     try:
         registry.register(echo()).result(T)
-        for i in range(30):
-            assert ex(registry.scope(f"agent-{i}"), f"c{i}", text=str(i)).text == str(i)
+        for i in range(30):  # a scope exists on a host once it changes something
+            scope = registry.scope(f"agent-{i}")
+            scope.register(echo(f"own-{i}")).result(T)
+            assert ex(scope, f"c{i}", text=str(i)).text == str(i)
         hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)
         per_host = [len(ray.get(h.agents.remote(), timeout=T)) for h in hosts]
         assert len(hosts) == 3 and sum(per_host) == 30 and min(per_host) >= 3
@@ -213,3 +216,32 @@ def test_shared_hosting_spreads_agents_over_its_hosts_and_a_mismatched_connect_i
             ToolRegistry.connect(name)
     finally:
         registry.shutdown()
+
+
+def test_a_scope_that_changes_nothing_exists_nowhere_and_closes_without_asking_the_registry(registry):
+    import os
+    import signal
+
+    registry.register(echo()).result(T)
+    quiet = registry.scope("quiet")
+    assert ex(quiet, "q1", text="hi").text == "hi"
+    assert "echo" in names(quiet.visible().result(T)) and "echo" in quiet.known_names().result(T)
+    hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)
+    assert not any("quiet" in ray.get(h.agents.remote(), timeout=T) for h in hosts)  # calls and views make none
+    plans = registry._owner_state.plans
+    deadline = time.monotonic() + T
+    while not (plans.cached("quiet") and plans.current(plans.cached("quiet"))) and time.monotonic() < deadline:
+        ex(quiet, "q2", text="again")  # until this process's version lease vouches for its plan
+    pid = ray.get(registry._handle().__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    os.kill(pid, signal.SIGSTOP)  # the registry answers nothing now
+    try:
+        quiet.close().result(1.0)  # nothing to close: no registry call (it would wait for the registry)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    again = registry.scope("quiet")  # the id serves a scope again, and one that changed is closed for real
+    again.register(echo("own")).result(T)
+    assert "own" in names(again.visible().result(T))
+    assert any("quiet" in ray.get(h.agents.remote(), timeout=T) for h in hosts)
+    again.close().result(T)
+    assert "own" not in names(registry.scope("quiet").visible().result(T))
+    assert not any("quiet" in ray.get(h.agents.remote(), timeout=T) for h in hosts)
