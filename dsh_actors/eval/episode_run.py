@@ -251,17 +251,25 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
             with telemetry.agent_span(episode.agent_id):  # a model's run has its own (run_agent's)
                 await _scripted(episode, scope, session, seen)
         await session.append({"type": "turn/end"})
-        events = await session.events()
-        report.asks = sum(1 for e in events if e["type"] == "approval/asked")
-        dispatched = [e for e in events if e["type"] == "tool/code-dispatch"]
-        report.sub_calls, report.sub_call_errors = len(dispatched), sum(1 for e in dispatched if e["is_error"])
     except Exception as exc:
         report.status, report.message = "failed", error_message(exc)
     finally:
         await scope.close()
         if session is not None:
-            await session.close()
+            _count_logged(report, await session.close())
     return report, log_path
+
+
+def _count_logged(report: EpisodeReport, summary: dict[str, Any] | None) -> None:
+    """What the episode's log holds that its loop did not see: the asks the approval
+    queue logged and the sub-calls Code Mode dispatched (from the log's summary as it
+    closed: the events themselves stay on the writer's node)."""
+    if summary is None:  # its writer died with the log open: nothing to count from
+        return
+    by_type, errors = summary["by_type"], summary["errors_by_type"]
+    report.asks = by_type.get("approval/asked", 0)
+    report.sub_calls = by_type.get("tool/code-dispatch", 0)
+    report.sub_call_errors = errors.get("tool/code-dispatch", 0)
 
 
 async def _scripted(episode: Episode, scope: Any, session: SessionLog, seen: Any) -> None:

@@ -130,35 +130,59 @@ class SessionWriterCore:
     def is_open(self, session_id: str) -> bool:
         return session_id in self._sessions
 
-    def commit(self, batch: list[tuple[str, list[bytes]]]) -> list[tuple[Any, ...]]:
-        """Write each ``(session id, packed events)`` request in order, then one sync
-        covering every file whose policy wants one; a result per request: ``("ok",
-        indexes)``, ``("not_open",)``, or ``("error", code, message)`` (nothing of it
-        written). Events arrive validated and packed by their clients (once, where they
-        were made); a payload that is not one msgpack value is refused here."""
+    def commit(self, ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Carry out each op in order, then one sync covering every file written whose
+        policy wants one; a result per op. The ops: ``("append", session id, packed
+        events)`` → ``("ok", indexes)``, ``("not_open",)`` or ``("error", code, message)``
+        (nothing of it written); ``("open", session id, path, fsync, interval, holder)``
+        → ``("ok", info)`` or an error (never a take-over: that is :meth:`open`'s, asked
+        on its own); ``("close", session id)`` → ``("ok", summary)`` (``None``: not open
+        here), its file synced and closed in its turn. Events arrive validated and packed
+        by their clients (once, where they were made); a payload that is not one msgpack
+        value is refused here."""
         results: list[tuple[Any, ...]] = []
+        paths: list[str | None] = []  # the file each append result depends on
         written: dict[str, FrameFile] = {}
-        for session_id, payloads in batch:
+        failed: dict[str, str] = {}
+        for op in ops:
+            kind, session_id = op[0], op[1]
             path = self._sessions.get(session_id)
-            if path is None:
+            paths.append(path if kind == "append" else None)
+            if kind == "open":
+                try:
+                    results.append(("ok", self.open(session_id, *op[2:])))
+                except SessionHeldError as exc:
+                    results.append(("error", exc.code, str(exc)))
+                except OSError as exc:
+                    results.append(("error", SessionLogWriteError.code, f"{op[2]}: {error_message(exc)}"))
+            elif kind == "close":
+                summary = self.summary(session_id) if path is not None else None
+                try:
+                    self.close(session_id)
+                except OSError as exc:  # its file's last sync failed
+                    failed[str(path)] = error_message(exc)
+                if path is not None and path not in self._files:
+                    written.pop(path, None)  # closed: synced (or failed) in its close
+                results.append(("ok", summary))
+            elif path is None:
                 results.append(("not_open",))
-                continue
-            file = self._files[path]
-            try:
-                results.append(("ok", file.write_payloads(payloads)))
-            except (msgpack.UnpackException, ValueError, TypeError) as exc:
-                results.append(("error", InvalidEventError.code, f"not a packed session event: {error_message(exc)}"))
-                continue
-            except OSError as exc:  # cut back to the last good frame already
-                results.append(("error", SessionLogWriteError.code, f"{path}: {error_message(exc)}"))
-                continue
-            written[path] = file
-        failed = self._sync([f for f in written.values() if f.sync_due()])
-        for i, ((session_id, _), result) in enumerate(zip(batch, results)):
-            path = self._sessions.get(session_id)
+            else:
+                results.append(self._write(path, op[2]))
+                if results[-1][0] == "ok":
+                    written[path] = self._files[path]
+        failed.update(self._sync([f for f in written.values() if f.sync_due()]))
+        for i, (path, result) in enumerate(zip(paths, results)):
             if result[0] == "ok" and path in failed:  # written, but not known to be durable
                 results[i] = ("error", SessionLogWriteError.code, f"{path}: the sync failed: {failed[path]}")
         return results
+
+    def _write(self, path: str, payloads: list[bytes]) -> tuple[Any, ...]:
+        try:
+            return ("ok", self._files[path].write_payloads(payloads))
+        except (msgpack.UnpackException, ValueError, TypeError) as exc:
+            return ("error", InvalidEventError.code, f"not a packed session event: {error_message(exc)}")
+        except OSError as exc:  # cut back to the last good frame already
+            return ("error", SessionLogWriteError.code, f"{path}: {error_message(exc)}")
 
     @staticmethod
     def _sync(files: list[FrameFile]) -> dict[str, str]:
@@ -191,7 +215,23 @@ class SessionWriterCore:
         return {"path": str(file.path), "events": len(file), "fsync": file.fsync,
                 "recovered_truncated_bytes": file.truncated_bytes}
 
+    def summary(self, session_id: str) -> dict[str, Any]:
+        """:meth:`info`, with how many events of each type the session holds
+        (``by_type``) and how many of those say ``is_error`` (``errors_by_type``): what
+        a report counts, without shipping the events."""
+        info = self.info(session_id)
+        by_type: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        for event in self.file(session_id).records():
+            kind = event.get("type") if isinstance(event, dict) else None
+            if isinstance(kind, str):
+                by_type[kind] = by_type.get(kind, 0) + 1
+                if event.get("is_error") is True:
+                    errors[kind] = errors.get(kind, 0) + 1
+        return {**info, "by_type": by_type, "errors_by_type": errors}
+
     def close(self, session_id: str) -> None:
+        """Close ``session_id``, and its file (synced first) unless another session shares it."""
         self._holders.pop(session_id, None)
         path = self._sessions.pop(session_id, None)
         if path is not None and path not in self._sessions.values():
@@ -228,9 +268,11 @@ class SessionWriterService:
                        sorted(h for h in holders if h), path)
         return await self._in_thread(*opening, True)  # type: ignore[no-any-return]
 
-    async def append_batch(self, batch: list[tuple[str, list[bytes]]]) -> bytes:
-        """Commit ``batch`` with whatever else is waiting; its results, msgpack-packed (one
-        bytes value is the cheapest thing Ray returns)."""
+    async def commit_batch(self, batch: list[tuple[Any, ...]]) -> bytes:
+        """Commit ``batch`` (ops: see :meth:`SessionWriterCore.commit`) with whatever else
+        is waiting; its results, msgpack-packed (one bytes value is the cheapest thing Ray
+        returns). Opens and closes ride here with the appends, so an episode's log costs
+        no actor call of its own."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append((batch, future))
         if not self._committing:
@@ -278,52 +320,53 @@ class SessionWriterService:
 # --- the client ----------------------------------------------------------------------------------
 
 class _Batcher:
-    """One loop's appends to one writer, sent through a :class:`~.coalesce.Coalescer` (one
-    actor call per batch). Appends to a session the writer does not know (it restarted)
-    are sent again, in the order they were made, once the session is opened there again."""
+    """One loop's ops on one writer (opens, appends, closes), sent through a
+    :class:`~.coalesce.Coalescer` (one actor call per batch). Appends to a session the
+    writer does not know (it restarted) are sent again, in the order they were made,
+    once the session is opened there again."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
-        self._appends: Coalescer[_Append] = Coalescer(self._send, _fail)
+        self._ops: Coalescer[_Op] = Coalescer(self._send, _fail)
 
-    def enqueue(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]]) -> "asyncio.Future[Any]":
-        """Queue an append now (appends go out in the order they were queued); await the
-        future for its result."""
+    def enqueue(self, op: tuple[Any, ...], reopen: Callable[[], Awaitable[Any]] | None = None) -> "asyncio.Future[Any]":
+        """Queue ``op`` now (ops go out in the order they were queued); await the future
+        for its result. ``reopen``: how an append opens its session again."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._appends.add(_Append(session_id, events, reopen, future))
+        self._ops.add(_Op(op, reopen, future))
         return future
 
-    async def _send(self, batch: list["_Append"]) -> None:
-        packed = await self.handle.append_batch.remote([(a.session_id, a.events) for a in batch])
+    async def _send(self, batch: list["_Op"]) -> None:
+        packed = await self.handle.commit_batch.remote([o.op for o in batch])
         again = []
-        for append, result in zip(batch, msgpack.unpackb(packed)):
-            if result[0] == "not_open" and append.tries < _OPEN_TRIES:
-                again.append(append)
-            elif not append.future.done():
-                append.future.set_result(result)
-        for session_id, reopen in {a.session_id: a.reopen for a in again}.items():
+        for op, result in zip(batch, msgpack.unpackb(packed)):
+            if result[0] == "not_open" and op.reopen is not None and op.tries < _OPEN_TRIES:
+                again.append(op)
+            elif not op.future.done():
+                op.future.set_result(result)
+        for session_id, reopen in {o.op[1]: o.reopen for o in again}.items():
             try:
-                await reopen()
+                await reopen()  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 — its callers hear it
-                _fail([a for a in again if a.session_id == session_id], exc)
-        for append in again:
-            append.tries += 1
-        self._appends.put_back([a for a in again if not a.future.done()])  # first, in their order
+                _fail([o for o in again if o.op[1] == session_id], exc)
+        for op in again:
+            op.tries += 1
+        self._ops.put_back([o for o in again if not o.future.done()])  # first, in their order
 
 
-def _fail(appends: list["_Append"], exc: Exception) -> None:
-    """Every caller of these appends hears ``exc`` (the batch's call, or a reopen, failed)."""
-    for append in appends:
-        if not append.future.done():
-            append.future.set_exception(exc)
+def _fail(ops: list["_Op"], exc: Exception) -> None:
+    """Every caller of these ops hears ``exc`` (the batch's call, or a reopen, failed)."""
+    for op in ops:
+        if not op.future.done():
+            op.future.set_exception(exc)
 
 
-class _Append:
-    __slots__ = ("session_id", "events", "reopen", "future", "tries")
+class _Op:
+    __slots__ = ("op", "reopen", "future", "tries")
 
-    def __init__(self, session_id: str, events: list[Any], reopen: Callable[[], Awaitable[Any]],
+    def __init__(self, op: tuple[Any, ...], reopen: Callable[[], Awaitable[Any]] | None,
                  future: "asyncio.Future[Any]") -> None:
-        self.session_id, self.events, self.reopen, self.future = session_id, events, reopen, future
+        self.op, self.reopen, self.future = op, reopen, future
         self.tries = 0
 
 
@@ -429,7 +472,11 @@ class SessionLog:
                          fsync_interval_s: float = 0.05, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
         """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
         log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
-        await log._resent(log._open_on)
+        opened = await log._resent(lambda handle: log._queue_on(handle, ("open", *log._open_args())))
+        if opened[0] == "error":
+            if opened[1] != SessionHeldError.code:
+                raise SessionLogWriteError(opened[2])
+            await log._resent(log._open_on)  # on its own: the writer may take over what dead actors held
         return await asyncio.to_thread(log._published)  # a KV write: a GCS round trip off the loop
 
     async def _resent(self, send: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -479,10 +526,13 @@ class SessionLog:
         """:meth:`find` for async code: the KV read runs off the event loop."""
         return await asyncio.to_thread(cls.find, session_id, namespace)
 
-    def _open_on(self, handle: Any) -> Any:
+    def _open_args(self) -> tuple[Any, ...]:
         record = self._record
-        return handle.open.remote(self._key, record["path"], record["fsync"], record["interval"],
-                                  ray.get_runtime_context().get_actor_id())  # None in a driver
+        return (self._key, record["path"], record["fsync"], record["interval"],
+                ray.get_runtime_context().get_actor_id())  # None in a driver
+
+    def _open_on(self, handle: Any) -> Any:
+        return handle.open.remote(*self._open_args())
 
     def _handle(self) -> Any:
         """The writer's handle (one per node, shared by this process's clients); one seen
@@ -499,22 +549,25 @@ class SessionLog:
             self._writer = handle = await _writer_async(self.namespace, self._record["node"])
         return handle
 
-    async def _enqueued(self, payloads: list[bytes]) -> "asyncio.Future[Any]":
-        """Queue an append on the writer, in the order appends were made: while the writer's
-        handle is being looked up (first use, or after it died), later appends queue behind
+    async def _enqueued(self, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
+        """Queue ``op`` on the writer, in the order ops were made: while the writer's
+        handle is being looked up (first use, or after it died), later ops queue behind
         the lookup instead of overtaking the ones waiting for it."""
         handle = self._writer
         if not self._waiting and handle is not None and handle._actor_id.hex() not in DEAD_ACTORS:
-            return _batcher(handle).enqueue(self._key, payloads, lambda: self._open_on(handle))
+            return self._queue_on(handle, op)
         if self._order is None:
             self._order = asyncio.Lock()
         self._waiting += 1
         try:
-            async with self._order:  # FIFO: the order the appends were made
-                handle = await self._handle_async()
-                return _batcher(handle).enqueue(self._key, payloads, lambda: self._open_on(handle))
+            async with self._order:  # FIFO: the order the ops were made
+                return self._queue_on(await self._handle_async(), op)
         finally:
             self._waiting -= 1
+
+    def _queue_on(self, handle: Any, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
+        reopen = (lambda: self._open_on(handle)) if op[0] == "append" else None  # a restarted writer forgot it
+        return _batcher(handle).enqueue(op, reopen)
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
         """A read on the writer (opening the session there again if it restarted)."""
@@ -531,7 +584,7 @@ class SessionLog:
         # at once); the writer only frames and writes the bytes.
         payloads = [msgpack.packb(check_event(e), use_bin_type=True) for e in events]
         try:
-            result = await (await self._enqueued(payloads))
+            result = await (await self._enqueued(("append", self._key, payloads)))
         except ACTOR_GONE as exc:
             remember_dead(exc)
             raise SessionLogWriteError(
@@ -563,17 +616,22 @@ class SessionLog:
     def info(self) -> Response[dict[str, Any]]:
         return Response(lambda: self._writer_call("info"))
 
-    def close(self) -> Response[None]:
+    def close(self) -> Response[dict[str, Any] | None]:
         """Close the session (its file is closed once no other session shares it) and
-        forget where it was open."""
-        async def run() -> None:
+        forget where it was open. Resolves to its summary as it closed — :meth:`info`
+        with how many events of each type it holds (``by_type``) and how many of those
+        say ``is_error`` (``errors_by_type``) — or ``None`` if its writer no longer had
+        it open (the writer died: nothing of it is open anymore). The close rides the
+        writer's next batch with other sessions' appends."""
+        async def run() -> dict[str, Any] | None:
             await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
                                     namespace=_KV_NAMESPACE)
-            handle = await self._handle_async()
             try:
-                await handle.close.remote(self._key)
-            except ACTOR_GONE:
-                pass  # the writer died: nothing of this session is open anymore
+                result = await (await self._enqueued(("close", self._key)))
+            except ACTOR_GONE as exc:
+                remember_dead(exc)
+                return None
+            return result[1]  # type: ignore[no-any-return]
         return Response(run)
 
 

@@ -1,0 +1,76 @@
+"""The session writer's core without Ray: a batch of opens, appends and closes is carried
+out in order, one result per op, and what a close reports is what the file holds."""
+
+import msgpack
+import pytest
+
+from dsh_actors.log import FrameFile
+from dsh_actors.runtime.session import SessionWriterCore
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def packed(*events):
+    return [msgpack.packb(e, use_bin_type=True) for e in events]
+
+
+def test_an_episodes_open_appends_and_close_in_one_batch_leave_its_events_on_disk(tmp_path):
+    core, path = SessionWriterCore(), str(tmp_path / "a.log")
+    results = core.commit([
+        ("append", "a", packed({"type": "turn/start"})),  # before its open: not open yet
+        ("open", "a", path, "always", 0.05, None),
+        ("append", "a", packed({"type": "turn/start"}, {"type": "approval/asked", "id": "1", "tool_name": "rm"})),
+        ("append", "a", packed({"type": "tool/code-dispatch", "is_error": True},
+                               {"type": "tool/code-dispatch", "is_error": False})),
+        ("close", "a"),
+        ("close", "a"),  # closed already: nothing to say
+    ])
+    assert [r[0] for r in results] == ["not_open", "ok", "ok", "ok", "ok", "ok"]
+    assert results[2][1] == [0, 1] and results[3][1] == [2, 3]
+    summary = results[4][1]
+    assert summary["events"] == 4 and summary["path"] == path
+    assert summary["by_type"] == {"turn/start": 1, "approval/asked": 1, "tool/code-dispatch": 2}
+    assert summary["errors_by_type"] == {"tool/code-dispatch": 1}
+    assert results[5] == ("ok", None)
+    assert not core.is_open("a")
+    with FrameFile(path) as on_disk:
+        assert [e["type"] for e in on_disk.records()] == ["turn/start", "approval/asked",
+                                                          "tool/code-dispatch", "tool/code-dispatch"]
+
+
+def test_an_open_over_another_file_is_refused_in_the_batch_and_the_rest_still_runs(tmp_path):
+    core = SessionWriterCore()
+    first, second = str(tmp_path / "first.log"), str(tmp_path / "second.log")
+    results = core.commit([
+        ("open", "a", first, "always", 0.05, "actor-1"),
+        ("open", "a", second, "always", 0.05, "actor-2"),  # held over another file: never a take-over here
+        ("append", "a", packed({"type": "turn/start"})),
+        ("append", "b", [b"\xc1"]),  # not open: refused without touching the others
+    ])
+    assert results[0][0] == "ok"
+    assert results[1][:2] == ("error", "SESSION_HELD") and "first.log" in results[1][2]
+    assert results[2] == ("ok", [0])
+    assert results[3] == ("not_open",)
+    assert not (tmp_path / "second.log").exists()
+    core.commit([("close", "a")])
+
+
+def test_closing_one_of_two_sessions_sharing_a_file_keeps_the_file_open_for_the_other(tmp_path):
+    core, path = SessionWriterCore(), str(tmp_path / "shared.log")
+    core.commit([("open", "a", path, "never", 0.05, None), ("open", "b", path, "never", 0.05, None)])
+    results = core.commit([
+        ("append", "a", packed({"type": "turn/start"})),
+        ("close", "a"),
+        ("append", "b", packed({"type": "turn/end"})),
+        ("append", "a", packed({"type": "turn/end"})),  # closed: not open
+        ("append", "b", [b"\xc1"]),  # not one msgpack value: refused, nothing written
+    ])
+    assert results[0] == ("ok", [0])
+    assert results[1][1]["events"] == 1  # the file's events as "a" closed
+    assert results[2] == ("ok", [1])
+    assert results[3] == ("not_open",)
+    assert results[4][:2] == ("error", "INVALID_EVENT")
+    assert core.is_open("b")
+    core.commit([("close", "b")])
+    with FrameFile(path) as on_disk:
+        assert [e["type"] for e in on_disk.records()] == ["turn/start", "turn/end"]
