@@ -403,6 +403,7 @@ def compose_plan(base: ExecutionPlan, chains: Chains, layer: ScopeLayer | None) 
     return ExecutionPlan(
         tools=FrozenDict(tools), reserved=base.reserved, **listening,
         guards=base.guards + tuple(e.fn for e in layer.guards), approval=base.approval,
+        known_names=base.known_names + tuple(n for n in layer.tools if n not in base.known_names),
     )
 
 
@@ -533,11 +534,7 @@ class RegistryState:
 
     def known_names(self, scope: str | None = None) -> list[str]:
         """Every global name plus the scope's own names, restrictions not applied."""
-        names = list(self.globals)
-        layer = self.layers.get(scope) if scope is not None else None
-        if layer is not None:
-            names.extend(n for n in layer.tools if n not in self.globals)
-        return names
+        return list(self.plan(scope).known_names)
 
     def base_plan(self) -> ExecutionPlan:
         """The global layer's plan: global tools, global listeners and guards."""
@@ -545,6 +542,7 @@ class RegistryState:
             self._base_plan = ExecutionPlan(
                 tools=FrozenDict({**self.globals, **self.reserved}), guards=tuple(e.fn for e in self.guards),
                 approval=self.approval, reserved=self.reserved, **self.chains.plan_fields(),
+                known_names=tuple(self.globals),
             )
         return self._base_plan
 

@@ -100,7 +100,7 @@ def _names_now(value: Any) -> Any:
     return list(value)
 
 
-_PLAN_VIEWS = ("get", "visible", "schemas")
+_PLAN_VIEWS = ("get", "visible", "schemas", "known_names")
 
 
 def _agent_id(scope: "str | AgentScope | None") -> str | None:
@@ -271,6 +271,8 @@ class ToolRegistry(_Registrar):
             return plan.tools.get(args[0])
         if method == "visible":
             return list(plan.tools.values())
+        if method == "known_names":
+            return list(plan.known_names)
         return [d.schema() for d in plan.tools.values()]
 
     # A view's ``scope`` is an agent id or an AgentScope; without one, the global view.

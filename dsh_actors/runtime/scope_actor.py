@@ -95,9 +95,6 @@ class ScopeCore:
         for reg_id in sorted(self._undo, reverse=True):
             self.dispose(reg_id)
 
-    def known_names(self, global_names: list[str]) -> list[str]:
-        return [*global_names, *(n for n in self.layer.tools if n not in global_names)]
-
 
 SCOPE_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 """Options of a scope host (a dead one is replaced from its agents' journals, not restarted)."""
@@ -257,9 +254,7 @@ class ScopeHostService:
         return list((await self._plan(agent))[1].tools.values())
 
     async def known_names(self, agent: str) -> list[str]:
-        names = await self._registry.global_names.remote()
-        scope = self._held(agent)
-        return names if scope is None else scope.core.known_names(names)
+        return list((await self._plan(agent))[1].known_names)
 
     async def schemas(self, agent: str) -> list[ToolSchema]:
         return [d.schema() for d in (await self._plan(agent))[1].tools.values()]

@@ -55,6 +55,9 @@ class ExecutionPlan:
     reserved: Mapping[str, ToolDefinition] = field(default_factory=FrozenDict)
     """Reserved transports (Code Mode's ``run_code``): also in ``tools``, always last, and
     never masked by a restriction."""
+    known_names: tuple[str, ...] = ()
+    """Every global name, then the scope's own names: restrictions not applied (what an
+    unknown-tool hint may name), reserved transports not included."""
 
 
 PlanResolver = Callable[[str | None], ExecutionPlan]
