@@ -190,6 +190,7 @@ class FrameFile:
         self.truncated_bytes = 0
         self._lock = threading.Lock()
         self._last_sync = 0.0
+        self._dirty = False  # written since the last fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: list[Any] = []
         self._size = 0  # where the last good frame ends
@@ -206,8 +207,11 @@ class FrameFile:
         if not data or (not data.startswith(HEADER) and HEADER.startswith(data)):  # new, or its header torn
             if data:
                 self._truncate(0, len(data))
+            # Synced by the first sync its events get, not on its own: a crash before that
+            # leaves it empty or its header torn, which the next open writes again.
             self._file.write(HEADER)
-            self._sync(force=True)
+            self._file.flush()
+            self._dirty = True
             self._size = len(HEADER)
             return
         scan = scan_log(data, self.path)
@@ -225,16 +229,19 @@ class FrameFile:
         self._file.truncate(offset)
         self._file.seek(0, os.SEEK_END)
         self.truncated_bytes = dropped
+        self._dirty = True
         self._sync(force=True)
 
     def _sync(self, force: bool = False) -> None:
+        """Flush; fsync per the policy, or (``force``) if anything is not synced yet."""
         self._file.flush()
         now = time.monotonic()
-        if force or self.fsync == "always" or (
+        if self._dirty and (force or self.fsync == "always" or (
             self.fsync == "interval" and now - self._last_sync >= self.fsync_interval_s
-        ):
+        )):
             os.fsync(self._file.fileno())
             self._last_sync = now
+            self._dirty = False
 
     def append(self, value: Any) -> int:
         """Write one frame; returns its index. Flushed (and fsynced per policy) on return."""
@@ -273,6 +280,7 @@ class FrameFile:
                 self._cut_back()
                 raise
             self._size += len(chunk)
+            self._dirty = True
             first = len(self._records)
             self._records.extend(values)
             return list(range(first, len(self._records)))
@@ -289,7 +297,7 @@ class FrameFile:
         os.fsync(self._file.fileno())
 
     def sync(self) -> None:
-        """Flush and fsync now (whatever the policy)."""
+        """Flush, and fsync what is not synced yet (whatever the policy)."""
         with self._lock:
             self._sync(force=True)
 
@@ -301,6 +309,7 @@ class FrameFile:
     def synced(self) -> None:
         """Record a sync made for this file by someone else (one ``syncfs`` for a group)."""
         self._last_sync = time.monotonic()
+        self._dirty = False
 
     def fileno(self) -> int:
         return self._file.fileno()

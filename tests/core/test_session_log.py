@@ -208,3 +208,22 @@ def test_a_batch_is_written_in_order_under_one_fsync_and_reads_back_whole(tmp_pa
         assert len(syncs) - before == 1  # one fsync covers the batch
     with FrameFile(path) as again:
         assert again.records() == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+@pytest.mark.parametrize("policy, syncs", [("always", 2), ("never", 1)])
+def test_a_log_is_synced_once_per_write_its_policy_wants_and_closing_syncs_only_what_is_not(
+        tmp_path, monkeypatch, policy, syncs):
+    import os
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    path = tmp_path / "s.log"
+    log = FrameFile(path, fsync=policy)  # a new file's header rides its first sync
+    log.append({"type": "turn/start"})
+    log.append({"type": "turn/end"})
+    log.close()  # "always": nothing left to sync; "never": the one sync, here
+    assert len(synced) == syncs
+    with FrameFile(path) as again:
+        assert [e["type"] for e in again.records()] == ["turn/start", "turn/end"]
+    assert path.read_bytes().startswith(HEADER)
