@@ -136,8 +136,8 @@ class SessionWriterCore:
         events)`` → ``("ok", indexes)``, ``("not_open",)`` or ``("error", code, message)``
         (nothing of it written); ``("open", session id, path, fsync, interval, holder)``
         → ``("ok", info)`` or an error (never a take-over: that is :meth:`open`'s, asked
-        on its own); ``("close", session id)`` → ``("ok", summary)`` (``None``: not open
-        here), its file synced and closed in its turn. Events arrive validated and packed
+        on its own); ``("close", session id)`` → ``("ok", summary)`` or ``("not_open",)``, its
+        file synced and closed in its turn. Events arrive validated and packed
         by their clients (once, where they were made); a payload that is not one msgpack
         value is refused here."""
         results: list[tuple[Any, ...]] = []
@@ -155,8 +155,8 @@ class SessionWriterCore:
                     results.append(("error", exc.code, str(exc)))
                 except OSError as exc:
                     results.append(("error", SessionLogWriteError.code, f"{op[2]}: {error_message(exc)}"))
-            elif kind == "close":
-                summary = self.summary(session_id) if path is not None else None
+            elif kind == "close" and path is not None:
+                summary = self.summary(session_id)
                 try:
                     self.close(session_id)
                 except OSError as exc:  # its file's last sync failed
@@ -164,7 +164,7 @@ class SessionWriterCore:
                 if path is not None and path not in self._files:
                     written.pop(path, None)  # closed: synced (or failed) in its close
                 results.append(("ok", summary))
-            elif path is None:
+            elif path is None:  # an append or close of a session not open here
                 results.append(("not_open",))
             else:
                 results.append(self._write(path, op[2]))
@@ -437,6 +437,7 @@ class SessionLog:
         self._writer: Any = handle
         self._waiting = 0  # appends waiting for the writer's handle to be looked up
         self._order: asyncio.Lock | None = None
+        self._closed = False  # closed by this client, and nothing appended since
 
     @property
     def session_id(self) -> str:
@@ -566,7 +567,9 @@ class SessionLog:
             self._waiting -= 1
 
     def _queue_on(self, handle: Any, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
-        reopen = (lambda: self._open_on(handle)) if op[0] == "append" else None  # a restarted writer forgot it
+        # A restarted writer forgot the session: an append or a close opens it there again
+        # (its file recovered) and is sent once more, so a close still answers the summary.
+        reopen = (lambda: self._open_on(handle)) if op[0] in ("append", "close") else None
         return _batcher(handle).enqueue(op, reopen)
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
@@ -583,6 +586,7 @@ class SessionLog:
         # Validated and packed here, once, where the events were made (InvalidEventError
         # at once); the writer only frames and writes the bytes.
         payloads = [msgpack.packb(check_event(e), use_bin_type=True) for e in events]
+        self._closed = False  # an append after a close opens the session again
         try:
             result = await (await self._enqueued(("append", self._key, payloads)))
         except ACTOR_GONE as exc:
@@ -620,18 +624,26 @@ class SessionLog:
         """Close the session (its file is closed once no other session shares it) and
         forget where it was open. Resolves to its summary as it closed — :meth:`info`
         with how many events of each type it holds (``by_type``) and how many of those
-        say ``is_error`` (``errors_by_type``) — or ``None`` if its writer no longer had
-        it open (the writer died: nothing of it is open anymore). The close rides the
-        writer's next batch with other sessions' appends."""
+        say ``is_error`` (``errors_by_type``). A writer that restarted since opens the
+        session again (its file recovered) to answer; ``None`` when no writer could
+        answer, or this client closed it already. The close rides the writer's next
+        batch with other sessions' appends, after this client's own."""
         async def run() -> dict[str, Any] | None:
+            if self._closed:
+                return None
+            self._closed = True
             await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
                                     namespace=_KV_NAMESPACE)
+            op = ("close", self._key)
             try:
-                result = await (await self._enqueued(("close", self._key)))
-            except ACTOR_GONE as exc:
+                result = await (await self._enqueued(op))  # in order, behind this client's appends
+            except ACTOR_GONE as exc:  # the writer died under it: close there once it is back
                 remember_dead(exc)
-                return None
-            return result[1]  # type: ignore[no-any-return]
+                try:
+                    result = await self._resent(lambda handle: self._queue_on(handle, op))
+                except RayRuntimeError:
+                    return None
+            return result[1] if result[0] == "ok" else None
         return Response(run)
 
 

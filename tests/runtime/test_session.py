@@ -74,10 +74,11 @@ def test_killing_the_writer_mid_stream_loses_nothing_that_was_acknowledged(ray_c
     failed = [v for v in outcomes.values() if not isinstance(v, int)]
     assert failed and all(getattr(v, "code", None) == "LOG_WRITE_FAILED" for v in failed)  # said, not hidden
     assert sum(isinstance(v, int) for v in outcomes.values()) > 50  # appends after the kill went on
+    summary = log.close().result(T)  # its restarted writer opens it again to answer
+    assert summary["by_type"]["approval/policy"] >= sum(isinstance(v, int) for v in outcomes.values())
     # Simulate the torn write a crash can leave, then reopen the session.
     with open(path, "ab") as raw:
         raw.write(b"\x00\x00\x01\x00\xde\xad")
-    log.close().result(T)
     reopened = SessionLog.open(session + "-again", str(path))
     assert reopened.info().result(T)["recovered_truncated_bytes"] == 6
     reopened.close().result(T)

@@ -23,15 +23,14 @@ def test_an_episodes_open_appends_and_close_in_one_batch_leave_its_events_on_dis
         ("append", "a", packed({"type": "tool/code-dispatch", "is_error": True},
                                {"type": "tool/code-dispatch", "is_error": False})),
         ("close", "a"),
-        ("close", "a"),  # closed already: nothing to say
+        ("close", "a"),  # closed already: not open (a client opens it again to ask)
     ])
-    assert [r[0] for r in results] == ["not_open", "ok", "ok", "ok", "ok", "ok"]
+    assert [r[0] for r in results] == ["not_open", "ok", "ok", "ok", "ok", "not_open"]
     assert results[2][1] == [0, 1] and results[3][1] == [2, 3]
     summary = results[4][1]
     assert summary["events"] == 4 and summary["path"] == path
     assert summary["by_type"] == {"turn/start": 1, "approval/asked": 1, "tool/code-dispatch": 2}
     assert summary["errors_by_type"] == {"tool/code-dispatch": 1}
-    assert results[5] == ("ok", None)
     assert not core.is_open("a")
     with FrameFile(path) as on_disk:
         assert [e["type"] for e in on_disk.records()] == ["turn/start", "approval/asked",
