@@ -222,6 +222,7 @@ class FrameFile:
                 "`dsh-actors show` reads what is recoverable)")
         self._records = scan.records
         self._size = scan.end
+        self._dirty = True  # whoever wrote it last may have died before its sync: the next sync covers it
         if scan.torn_bytes:
             self._truncate(scan.end, scan.torn_bytes)
 

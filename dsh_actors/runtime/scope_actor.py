@@ -233,7 +233,9 @@ class ScopeHostService:
         scope = self._held(agent)
         if scope is None:  # no scope: the base plan, and nothing made here for the agent
             version, base, _ = await self._base_plan(known)
-            return self._base_ticket_of(version, base)
+            scope = self._held(agent)  # a change may have made one while the base plan was asked for
+            if scope is None:
+                return self._base_ticket_of(version, base)
         async with scope.lock:
             version, base, chains = await self._base_plan(known)
             if scope.core.layer.empty:  # its plan is the base plan (one ticket for all such scopes)

@@ -39,7 +39,7 @@ from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..core.errors import HarnessError, error_message
-from ..log import FrameFile, FsyncPolicy, InvalidEventError, check_event, derive_messages
+from ..log import FrameFile, FsyncPolicy, InvalidEventError, LogCorruptError, check_event, derive_messages
 from .backoff import WHILE_RESTARTING
 from .coalesce import Coalescer
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
@@ -106,11 +106,14 @@ class SessionWriterCore:
         self._holders: dict[str, set[str | None]] = {}  # session id -> its openers' actor ids (None: a driver)
 
     def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
-             holder: str | None = None, take_over: bool = False) -> dict[str, Any]:
+             holder: str | None = None, take_over: bool = False, create: bool = True) -> dict[str, Any]:
         """Open (or join) ``session_id`` over ``path``; ``holder``: the opening actor's id.
         Open over another file, it raises :class:`SessionHeldError` — unless ``take_over``
-        (its holders are known dead): then it is closed there first."""
+        (its holders are known dead): then it is closed there first. Without ``create``
+        a missing file raises :class:`FileNotFoundError` (a close never makes one)."""
         resolved = str(Path(path).resolve())
+        if not create and resolved not in self._files and not os.path.exists(resolved):
+            raise FileNotFoundError(f"{resolved}: the session's log is gone")
         if take_over and self._sessions.get(session_id, resolved) != resolved:
             self.close(session_id)
         if self._sessions.get(session_id, resolved) != resolved:
@@ -151,10 +154,9 @@ class SessionWriterCore:
             if kind == "open":
                 try:
                     results.append(("ok", self.open(session_id, *op[2:])))
-                except SessionHeldError as exc:
-                    results.append(("error", exc.code, str(exc)))
-                except OSError as exc:
-                    results.append(("error", SessionLogWriteError.code, f"{op[2]}: {error_message(exc)}"))
+                except Exception as exc:  # noqa: BLE001 — this open's own result, never the group's
+                    code = getattr(exc, "code", None) or SessionLogWriteError.code  # SESSION_HELD, LOG_CORRUPT, …
+                    results.append(("error", code, f"{op[2]}: {error_message(exc)}"))
             elif kind == "close" and path is not None:
                 summary = self.summary(session_id)
                 try:
@@ -253,20 +255,21 @@ class SessionWriterService:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
-                   holder: str | None = None) -> dict[str, Any]:
+                   holder: str | None = None, create: bool = True) -> dict[str, Any]:
         """Open ``session_id`` over ``path``. Held over another file by actors that all
         died (an episode runner killed mid-episode never closes its logs), it is closed
-        there and opened here: the same agent id serves a later run."""
+        there and opened here: the same agent id serves a later run. ``create``: see
+        :meth:`SessionWriterCore.open`."""
         opening = (self._core.open, session_id, path, fsync, fsync_interval_s, holder)
         try:
-            return await self._in_thread(*opening)  # type: ignore[no-any-return]
+            return await self._in_thread(*opening, False, create)  # type: ignore[no-any-return]
         except SessionHeldError:
             holders = await self._in_thread(self._core.holders, session_id)  # the core lives on that thread
             if None in holders or not await asyncio.to_thread(_all_dead, holders):
                 raise
         logger.warning("session %r was left open by dead actors %s: opening it over %s", session_id,
                        sorted(h for h in holders if h), path)
-        return await self._in_thread(*opening, True)  # type: ignore[no-any-return]
+        return await self._in_thread(*opening, True, create)  # type: ignore[no-any-return]
 
     async def commit_batch(self, batch: list[tuple[Any, ...]]) -> bytes:
         """Commit ``batch`` (ops: see :meth:`SessionWriterCore.commit`) with whatever else
@@ -476,7 +479,7 @@ class SessionLog:
         opened = await log._resent(lambda handle: log._queue_on(handle, ("open", *log._open_args())))
         if opened[0] == "error":
             if opened[1] != SessionHeldError.code:
-                raise SessionLogWriteError(opened[2])
+                raise (LogCorruptError if opened[1] == LogCorruptError.code else SessionLogWriteError)(opened[2])
             await log._resent(log._open_on)  # on its own: the writer may take over what dead actors held
         return await asyncio.to_thread(log._published)  # a KV write: a GCS round trip off the loop
 
@@ -506,6 +509,8 @@ class SessionLog:
         ensure_ray()
         if fsync not in _FSYNC_POLICIES:
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
+        if not (isinstance(fsync_interval_s, (int, float)) and fsync_interval_s > 0):
+            raise ValueError(f"fsync_interval_s must be a positive number of seconds, got {fsync_interval_s!r}")
         record = {"path": str(Path(path).resolve()), "fsync": fsync, "interval": fsync_interval_s,
                   "node": ray.get_runtime_context().get_node_id()}
         return cls(session_id, namespace, record)
@@ -532,8 +537,8 @@ class SessionLog:
         return (self._key, record["path"], record["fsync"], record["interval"],
                 ray.get_runtime_context().get_actor_id())  # None in a driver
 
-    def _open_on(self, handle: Any) -> Any:
-        return handle.open.remote(*self._open_args())
+    def _open_on(self, handle: Any, create: bool = True) -> Any:
+        return handle.open.remote(*self._open_args(), create)
 
     def _handle(self) -> Any:
         """The writer's handle (one per node, shared by this process's clients); one seen
@@ -569,7 +574,7 @@ class SessionLog:
     def _queue_on(self, handle: Any, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
         # A restarted writer forgot the session: an append or a close opens it there again
         # (its file recovered) and is sent once more, so a close still answers the summary.
-        reopen = (lambda: self._open_on(handle)) if op[0] in ("append", "close") else None
+        reopen = (lambda: self._open_on(handle, create=op[0] == "append")) if op[0] in ("append", "close") else None
         return _batcher(handle).enqueue(op, reopen)
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
@@ -631,18 +636,18 @@ class SessionLog:
         async def run() -> dict[str, Any] | None:
             if self._closed:
                 return None
-            self._closed = True
             await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
                                     namespace=_KV_NAMESPACE)
             op = ("close", self._key)
             try:
-                result = await (await self._enqueued(op))  # in order, behind this client's appends
-            except ACTOR_GONE as exc:  # the writer died under it: close there once it is back
-                remember_dead(exc)
                 try:
+                    result = await (await self._enqueued(op))  # in order, behind this client's appends
+                except ACTOR_GONE as exc:  # the writer died under it: close there once it is back
+                    remember_dead(exc)
                     result = await self._resent(lambda handle: self._queue_on(handle, op))
-                except RayRuntimeError:
-                    return None
+            except (HarnessError, OSError, ray.exceptions.RayTaskError):  # the writer, or the file, is gone for good
+                return None
+            self._closed = True
             return result[1] if result[0] == "ok" else None
         return Response(run)
 

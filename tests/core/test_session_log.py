@@ -227,3 +227,21 @@ def test_a_log_is_synced_once_per_write_its_policy_wants_and_closing_syncs_only_
     with FrameFile(path) as again:
         assert [e["type"] for e in again.records()] == ["turn/start", "turn/end"]
     assert path.read_bytes().startswith(HEADER)
+
+
+def test_a_reopened_log_counts_as_unsynced_until_its_next_sync(tmp_path, monkeypatch):
+    """Whoever wrote it before may have died before syncing: under "never" the close syncs it."""
+    import os
+
+    path = tmp_path / "s.log"
+    first = FrameFile(path, fsync="never")
+    first.append({"type": "turn/start"})
+    first._file.flush()  # its bytes in the page cache only: the writer dies here
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    again = FrameFile(path, fsync="never")
+    assert len(again) == 1
+    again.close()
+    assert len(synced) == 1
+    first._file.close()

@@ -73,3 +73,27 @@ def test_closing_one_of_two_sessions_sharing_a_file_keeps_the_file_open_for_the_
     core.commit([("close", "b")])
     with FrameFile(path) as on_disk:
         assert [e["type"] for e in on_disk.records()] == ["turn/start", "turn/end"]
+
+
+def test_an_open_that_fails_in_a_batch_fails_alone(tmp_path):
+    core, good, bad = SessionWriterCore(), str(tmp_path / "good.log"), tmp_path / "bad.log"
+    core.commit([("open", "g", good, "always", 0.05, None)])
+    bad.write_bytes(b"not a session log at all")
+    results = core.commit([
+        ("append", "g", packed({"type": "turn/start"})),
+        ("open", "b", str(bad), "always", 0.05, None),  # damaged: refused, the group still commits
+        ("open", "c", str(tmp_path / "c.log"), "interval", 0, None),  # no such interval
+        ("append", "g", packed({"type": "turn/end"})),
+    ])
+    assert results[0] == ("ok", [0]) and results[3] == ("ok", [1])
+    assert results[1][:2] == ("error", "LOG_CORRUPT") and "bad.log" in results[1][2]
+    assert results[2][:2] == ("error", "LOG_WRITE_FAILED") and "fsync_interval_s" in results[2][2]
+    assert not core.is_open("b") and not core.is_open("c")
+    core.commit([("close", "g")])
+
+
+def test_a_close_opening_its_session_again_never_makes_its_file(tmp_path):
+    core, path = SessionWriterCore(), tmp_path / "gone.log"
+    with pytest.raises(FileNotFoundError, match="gone"):
+        core.open("a", str(path), "always", 0.05, None, create=False)  # what a close's reopen asks
+    assert not path.exists() and not core.is_open("a")
