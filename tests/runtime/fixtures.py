@@ -179,3 +179,13 @@ class WhenMarked:
     def join(self):
         self._thread.join()
         return self.done
+
+
+def process_alive(pid):
+    """Whether ``pid`` is a live process, read from /proc (gone, or a zombie left for its
+    parent, is not): asked from outside, not of the process or of Ray."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

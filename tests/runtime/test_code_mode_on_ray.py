@@ -14,7 +14,7 @@ from dsh_actors.codemode.runtime import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 from dsh_actors.runtime.session import SessionLog
 
-from .fixtures import Recorder, echo
+from .fixtures import Recorder, echo, process_alive
 
 T = 120
 
@@ -234,11 +234,7 @@ def _wait_gone(pids, within=60.0):
     deadline = time.monotonic() + within
     for pid in pids:
         while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/stat") as file:
-                    if file.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        break
-            except OSError:
+            if not process_alive(pid):
                 break
             time.sleep(0.01)
         else:
