@@ -163,7 +163,7 @@ class SessionWriterCore:
                     self.close(session_id)
                 except OSError as exc:  # its file's last sync failed
                     failed[str(path)] = error_message(exc)
-                if path is not None and path not in self._files:
+                if path not in self._files:
                     written.pop(path, None)  # closed: synced (or failed) in its close
                 results.append(("ok", summary))
             elif path is None:  # an append or close of a session not open here
@@ -313,9 +313,6 @@ class SessionWriterService:
     def info(self, session_id: str) -> dict[str, Any] | None:
         return self._core.info(session_id) if self._core.is_open(session_id) else None
 
-    async def close(self, session_id: str) -> None:
-        await self._in_thread(self._core.close, session_id)
-
     def ping(self) -> str:
         return "pong"
 
@@ -324,9 +321,9 @@ class SessionWriterService:
 
 class _Batcher:
     """One loop's ops on one writer (opens, appends, closes), sent through a
-    :class:`~.coalesce.Coalescer` (one actor call per batch). Appends to a session the
-    writer does not know (it restarted) are sent again, in the order they were made,
-    once the session is opened there again."""
+    :class:`~.coalesce.Coalescer` (one actor call per batch). Appends and closes of a
+    session the writer does not know (it restarted) are sent again, in the order they
+    were made, once the session is opened there again."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -334,7 +331,7 @@ class _Batcher:
 
     def enqueue(self, op: tuple[Any, ...], reopen: Callable[[], Awaitable[Any]] | None = None) -> "asyncio.Future[Any]":
         """Queue ``op`` now (ops go out in the order they were queued); await the future
-        for its result. ``reopen``: how an append opens its session again."""
+        for its result. ``reopen``: how an append or a close opens its session again."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.add(_Op(op, reopen, future))
         return future

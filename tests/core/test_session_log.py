@@ -193,55 +193,50 @@ def test_replay_renders_the_same_cards_from_the_log_every_time():
     assert first[1]["call"] is None and first[1]["result"] is None
 
 
-def test_a_batch_is_written_in_order_under_one_fsync_and_reads_back_whole(tmp_path, monkeypatch):
-    import os as _os
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Every ``os.fsync`` made while the test runs (each still syncs), by file descriptor."""
+    import os
 
-    from dsh_actors.log import FrameFile
+    made = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (made.append(fd), real(fd))[1])
+    return made
 
-    syncs = []
-    real = _os.fsync
-    monkeypatch.setattr(_os, "fsync", lambda fd: (syncs.append(fd), real(fd))[1])
+
+def test_a_batch_is_written_in_order_under_one_fsync_and_reads_back_whole(tmp_path, fsyncs):
     path = tmp_path / "batch.log"
     with FrameFile(path) as log:
-        before = len(syncs)
+        before = len(fsyncs)
         assert log.append_many([{"n": 1}, {"n": 2}, {"n": 3}]) == [0, 1, 2]
-        assert len(syncs) - before == 1  # one fsync covers the batch
+        assert len(fsyncs) - before == 1  # one fsync covers the batch
     with FrameFile(path) as again:
         assert again.records() == [{"n": 1}, {"n": 2}, {"n": 3}]
 
 
 @pytest.mark.parametrize("policy, syncs", [("always", 2), ("never", 1)])
 def test_a_log_is_synced_once_per_write_its_policy_wants_and_closing_syncs_only_what_is_not(
-        tmp_path, monkeypatch, policy, syncs):
-    import os
-
-    synced = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+        tmp_path, fsyncs, policy, syncs):
     path = tmp_path / "s.log"
     log = FrameFile(path, fsync=policy)  # a new file's header rides its first sync
     log.append({"type": "turn/start"})
     log.append({"type": "turn/end"})
     log.close()  # "always": nothing left to sync; "never": the one sync, here
-    assert len(synced) == syncs
+    assert len(fsyncs) == syncs
     with FrameFile(path) as again:
         assert [e["type"] for e in again.records()] == ["turn/start", "turn/end"]
     assert path.read_bytes().startswith(HEADER)
 
 
-def test_a_reopened_log_counts_as_unsynced_until_its_next_sync(tmp_path, monkeypatch):
+def test_a_reopened_log_counts_as_unsynced_until_its_next_sync(tmp_path, fsyncs):
     """Whoever wrote it before may have died before syncing: under "never" the close syncs it."""
-    import os
-
     path = tmp_path / "s.log"
     first = FrameFile(path, fsync="never")
     first.append({"type": "turn/start"})
     first._file.flush()  # its bytes in the page cache only: the writer dies here
-    synced = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    before = len(fsyncs)  # "never": none so far
     again = FrameFile(path, fsync="never")
     assert len(again) == 1
     again.close()
-    assert len(synced) == 1
+    assert before == 0 and len(fsyncs) == 1
     first._file.close()
