@@ -122,7 +122,9 @@ async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, syst
         if budgets.max_wall_s is not None and time.monotonic() - started >= budgets.max_wall_s:
             outcome.stop = "max_wall"
             return outcome
-        events += await session.events(len(events))  # what was logged since the last turn
+        # What was logged since the last turn: this loop's own appends come from memory, the
+        # writer is asked only for what other processes logged in between (asks, sub-calls).
+        events += await session.known_events(len(events))
         history = derive_messages(events)
         left = None if budgets.max_wall_s is None else budgets.max_wall_s - (time.monotonic() - started)
         try:

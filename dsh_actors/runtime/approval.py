@@ -90,22 +90,27 @@ class ApprovalQueueService:
         self._cancelled: set[str] = set()
         self._watcher: asyncio.Future[None] | None = None
 
-    async def _log(self, agent: str, event: dict[str, Any]) -> None:
-        session = await SessionLog.find_async(agent, self._namespace)
+    async def _log(self, agent: str, event: dict[str, Any], near: str | None = None) -> Any:
+        """Append ``event`` to ``agent``'s session log if one is open (its writers are asked,
+        node ``near``'s first); returns the log, to append to again."""
+        session = await SessionLog.find_async(agent, self._namespace, near=near)
         if session is not None:  # else no session is open for this agent
             await session.append(event)
+        return session
 
     async def request(self, request_id: str, agent: str, tool_name: str, call_id: str | None,
-                      reason: str | None, requester: tuple[Any, str] | None = None) -> str:
+                      reason: str | None, requester: tuple[Any, str] | None = None,
+                      node: str | None = None) -> str:
         """Ask, and wait for the answer. ``requester`` is the process that runs the call
         (its actor handle and its incarnation): should it die, the ask is cancelled — an
-        ask never outlives its call."""
+        ask never outlives its call. ``node``: the requester's (its agent's log is
+        looked for there first)."""
         asked: dict[str, Any] = {"type": "approval/asked", "id": request_id, "tool_name": tool_name}
         if call_id is not None:
             asked["call_id"] = call_id
         if reason is not None:
             asked["reason"] = reason
-        await self._log(agent, asked)  # a failing append fails the request before anything is decided
+        session = await self._log(agent, asked, node)  # a failing append fails the request before anything is decided
         if request_id in self._cancelled:
             self._cancelled.discard(request_id)
             outcome = "cancelled"
@@ -129,7 +134,11 @@ class ApprovalQueueService:
             finally:
                 self._pending.pop(request_id, None)
                 metrics.gauge("dsh_approvals_pending", len(self._pending))
-        await self._log(agent, {"type": "approval/decided", "id": request_id, "outcome": outcome})
+        decided = {"type": "approval/decided", "id": request_id, "outcome": outcome}
+        if session is not None:
+            await session.append(decided)
+        else:
+            await self._log(agent, decided, node)  # opened while the ask waited
         return outcome
 
     def _watch(self) -> None:
@@ -199,6 +208,13 @@ def _requester() -> tuple[Any, str] | None:
         return None
 
 
+def _node() -> str | None:
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - not connected to Ray
+        return None
+
+
 class ActorApproval:
     """The seam an execution plan carries: asks the queue actor, follows the call's signal."""
 
@@ -216,7 +232,7 @@ class ActorApproval:
             return "cancelled"  # no one is asked
         request_id = uuid.uuid4().hex
         ref = self.handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
-                                         request.reason, _requester())
+                                         request.reason, _requester(), _node())
         remove = signal.add_listener(lambda _: self.handle.cancel.remote(request_id)) if signal else None
         try:
             return await ref

@@ -292,7 +292,7 @@ def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
 
 def _recorder(namespace: str) -> Callable[[], Any]:
     def per_run() -> Any:
-        sessions: dict[str, Any] = {}  # looked up once per run (a KV read)
+        sessions: dict[str, Any] = {}  # looked up once per run (its node's writer is asked)
 
         async def record(agent: str, event: dict[str, Any]) -> None:
             if agent not in sessions:

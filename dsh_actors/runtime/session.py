@@ -16,7 +16,8 @@ Reopening a session after its writer died — a crash mid-commit included — re
 every acknowledged event and truncates a torn tail. A writer killed for good is made
 again on first use; one Ray restarted has forgotten its sessions, and each client opens
 its session there again before sending more. Where a session is open (its file, policy
-and node) is kept in the cluster's KV store, so any process can append to it by id.
+and node) is what its writer answers (:class:`SessionDirectory`), so any process can find it
+by id and append to it — nothing is written cluster-wide per session.
 :class:`SessionLog` is the client (responses to await or block on); it pickles by id.
 """
 
@@ -26,6 +27,7 @@ import asyncio
 import concurrent.futures
 import ctypes
 import ctypes.util
+import hashlib
 import logging
 import os
 import time
@@ -35,16 +37,16 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import msgpack
 import ray
-from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..core.errors import HarnessError, error_message
 from ..log import FrameFile, FsyncPolicy, InvalidEventError, LogCorruptError, check_event, derive_messages
+from ..log.mirror import EventMirror
 from .backoff import WHILE_RESTARTING
 from .coalesce import Coalescer
-from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, remember_dead, translate
+from .errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, remember_dead, translate
 from .local import ensure_ray
-from .response import Response
+from .response import Response, background_loop
 from .revive import live_actor, live_actor_async
 from .wire import DEFAULT_NAMESPACE
 
@@ -56,7 +58,6 @@ SESSION_WRITER_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries":
 append it was running is never retried. Detached: whichever process happens to make it,
 it serves every process on its node and must not end with that one."""
 
-_KV_NAMESPACE = "dsh_actors"
 _FSYNC_POLICIES = ("always", "interval", "never")
 
 
@@ -97,13 +98,96 @@ def _all_dead(actor_ids: set[str | None]) -> bool:
     return all(state.actors(actor_id=a).get("State", "DEAD") == "DEAD" for a in actor_ids if a)
 
 
+def _note_line(*note: Any) -> bytes:
+    return msgpack.packb(list(note)).hex().encode() + b"\n"
+
+
+class SessionDirectory:
+    """Where each session a writer holds is open — its file, fsync policy and interval —
+    so any process can find a session by id (:meth:`SessionLog.find`) by asking the
+    writers, and no cluster-wide store is written per session.
+
+    With a ``path`` (on the writer's node), every open and close is also noted in that
+    file, one write call each (a process death keeps it: the page cache survives it). A
+    writer Ray restarted reads its predecessor's notes: the sessions it had open are
+    still found (their clients open them again on their next append), until they are
+    opened or closed here."""
+
+    _COMPACT_AT = 4096
+
+    def __init__(self, path: str | None = None) -> None:
+        self._open: dict[str, tuple[str, str, float]] = {}
+        self._left: dict[str, tuple[str, str, float]] = {}  # open in a dead predecessor
+        self._path = path
+        self._lines = 0
+        if path is not None:
+            self._left = self._read(path)
+            self._rewrite()
+
+    @staticmethod
+    def _read(path: str) -> dict[str, tuple[str, str, float]]:
+        found: dict[str, tuple[str, str, float]] = {}
+        try:
+            with open(path, "rb") as notes:
+                for line in notes:
+                    try:
+                        note = msgpack.unpackb(bytes.fromhex(line.decode().strip()))
+                    except (ValueError, msgpack.UnpackException):
+                        continue  # a torn last line
+                    if note[0] == "open":
+                        found[note[1]] = (note[2], note[3], note[4])
+                    else:
+                        found.pop(note[1], None)
+        except FileNotFoundError:
+            pass
+        return found
+
+    def _rewrite(self) -> None:
+        """Start the notes again with only what is open (or left open) now."""
+        fresh = f"{self._path}.{os.getpid()}"
+        with open(fresh, "wb") as notes:
+            notes.writelines(_note_line("open", session_id, *record)
+                             for session_id, record in {**self._left, **self._open}.items())
+        os.replace(fresh, self._path)  # type: ignore[arg-type]
+        self._lines = len(self._left) + len(self._open)
+
+    def _note(self, *note: Any) -> None:
+        if self._path is None:
+            return
+        with open(self._path, "ab") as notes:  # one write call: nothing held open between notes
+            notes.write(_note_line(*note))
+        self._lines += 1
+        if self._lines > self._COMPACT_AT + 4 * len(self._open):
+            self._rewrite()
+
+    def opened(self, session_id: str, path: str, fsync: str, interval: float) -> None:
+        record = (path, fsync, interval)
+        self._left.pop(session_id, None)
+        if self._open.get(session_id) != record:
+            self._open[session_id] = record
+            self._note("open", session_id, *record)
+
+    def closed(self, session_id: str) -> None:
+        if self._open.pop(session_id, None) is not None or self._left.pop(session_id, None) is not None:
+            self._note("close", session_id)
+
+    def where(self, session_id: str) -> dict[str, Any] | None:
+        """``{path, fsync, interval}`` of ``session_id`` if it is open here (or was, in a
+        predecessor, and nobody closed it since), else ``None``."""
+        record = self._open.get(session_id) or self._left.get(session_id)
+        return None if record is None else {"path": record[0], "fsync": record[1], "interval": record[2]}
+
+
 class SessionWriterCore:
     """The sessions one writer owns and their group commit, without Ray."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str | None = None) -> None:
+        """``directory``: a file where this writer notes which sessions it has open (see
+        :class:`SessionDirectory`), so its successor on the node can still say where each is."""
         self._files: dict[str, FrameFile] = {}  # by resolved path: sessions may share a file
         self._sessions: dict[str, str] = {}  # session id -> resolved path
         self._holders: dict[str, set[str | None]] = {}  # session id -> its openers' actor ids (None: a driver)
+        self.directory = SessionDirectory(directory)
 
     def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
              holder: str | None = None, take_over: bool = False, create: bool = True) -> dict[str, Any]:
@@ -124,6 +208,7 @@ class SessionWriterCore:
             self._files[resolved] = FrameFile(resolved, fsync=fsync, fsync_interval_s=fsync_interval_s)
         self._sessions[session_id] = resolved
         self._holders.setdefault(session_id, set()).add(holder)
+        self.directory.opened(session_id, resolved, fsync, fsync_interval_s)
         return self.info(session_id)
 
     def holders(self, session_id: str) -> set[str | None]:
@@ -235,6 +320,7 @@ class SessionWriterCore:
     def close(self, session_id: str) -> None:
         """Close ``session_id``, and its file (synced first) unless another session shares it."""
         self._holders.pop(session_id, None)
+        self.directory.closed(session_id)
         path = self._sessions.pop(session_id, None)
         if path is not None and path not in self._sessions.values():
             self._files.pop(path).close()
@@ -245,8 +331,11 @@ class SessionWriterService:
     commits run one at a time on a thread of their own, so requests that arrive during a
     commit form the next group."""
 
-    def __init__(self) -> None:
-        self._core = SessionWriterCore()
+    def __init__(self, directory: str | None = None) -> None:
+        """``directory``: the file noting which sessions are open here (default: one in Ray's
+        session folder on this node, named for this writer)."""
+        self._core = SessionWriterCore(directory if directory is not None else _directory_file())
+        self._node = _this_node()
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-commit")
         self._waiting: list[tuple[list[tuple[str, list[Any]]], asyncio.Future[Any]]] = []
         self._committing = False
@@ -313,8 +402,34 @@ class SessionWriterService:
     def info(self, session_id: str) -> dict[str, Any] | None:
         return self._core.info(session_id) if self._core.is_open(session_id) else None
 
+    async def where(self, session_id: str) -> dict[str, Any] | None:
+        """Where ``session_id`` is open on this writer (its record, this node), else ``None``."""
+        record = await self._in_thread(self._core.directory.where, session_id)  # the core lives on that thread
+        return None if record is None else {**record, "node": self._node}
+
     def ping(self) -> str:
         return "pong"
+
+
+def _this_node() -> str | None:
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - not in a Ray process (a test of the plain class)
+        return None
+
+
+def _directory_file() -> str | None:
+    """This writer's directory notes, in Ray's session folder on its node (``None`` outside Ray)."""
+    try:
+        context = ray.get_runtime_context()
+        name, namespace = context.get_actor_name(), context.namespace
+        folder = ray._private.worker._global_node.get_session_dir_path()
+    except Exception:  # noqa: BLE001 - not an actor of a Ray node
+        return None
+    if not name:
+        return None
+    tag = hashlib.sha256(f"{namespace}\0{name}".encode()).hexdigest()[:16]
+    return os.path.join(folder, f"dsh-session-writer-{tag}.notes")
 
 
 # --- the client ----------------------------------------------------------------------------------
@@ -387,8 +502,45 @@ def _batcher(handle: Any) -> _Batcher:
     return per_loop[key]
 
 
-def _kv_key(namespace: str, session_id: str) -> bytes:
-    return f"session/{namespace}/{session_id}".encode()
+def _alive_nodes() -> list[str]:
+    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+
+
+def _existing_writer(namespace: str, node: str) -> Any:
+    """``node``'s writer if it exists (never made by a lookup), else ``None`` (blocking)."""
+    handle = _WRITERS.get((namespace, node))
+    if handle is not None and handle._actor_id.hex() not in DEAD_ACTORS:
+        return handle
+    try:
+        return ray.get_actor(writer_name(node), namespace=namespace)
+    except ValueError:
+        return None
+
+
+async def _where(session_id: str, namespace: str, nodes: list[str]) -> dict[str, Any] | None:
+    """The record of ``session_id`` from the first of ``nodes``' writers that has it open."""
+    async def ask(node: str) -> dict[str, Any] | None:
+        handle = _WRITERS.get((namespace, node))
+        if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+            handle = await asyncio.to_thread(_existing_writer, namespace, node)
+        if handle is None:
+            return None
+        for pause in WHILE_RESTARTING.pauses():  # a writer Ray is restarting still knows (its notes)
+            try:
+                return await handle.where.remote(session_id)  # type: ignore[no-any-return]
+            except ACTOR_GONE as exc:
+                remember_dead(exc)
+                if pause is None or handle._actor_id.hex() in DEAD_ACTORS:  # dead for good: its sessions went with it
+                    return None
+                await asyncio.sleep(pause)
+            except RAY_ERROR:
+                return None
+        return None
+
+    for record in await asyncio.gather(*(ask(node) for node in nodes)):
+        if record is not None:
+            return record
+    return None
 
 
 def writer_name(node_id: str) -> str:
@@ -438,6 +590,7 @@ class SessionLog:
         self._waiting = 0  # appends waiting for the writer's handle to be looked up
         self._order: asyncio.Lock | None = None
         self._closed = False  # closed by this client, and nothing appended since
+        self._mirror = EventMirror()  # what this client appended, at the indexes the writer gave
 
     @property
     def session_id(self) -> str:
@@ -460,7 +613,7 @@ class SessionLog:
         for pause in WHILE_RESTARTING.pauses():
             try:
                 ray.get(log._open_on(log._handle()), timeout=120)
-                return log._published()
+                return log
             except ACTOR_GONE as exc:
                 log._writer_failed(exc, pause is None)
                 time.sleep(pause or 0)
@@ -478,7 +631,7 @@ class SessionLog:
             if opened[1] != SessionHeldError.code:
                 raise (LogCorruptError if opened[1] == LogCorruptError.code else SessionLogWriteError)(opened[2])
             await log._resent(log._open_on)  # on its own: the writer may take over what dead actors held
-        return await asyncio.to_thread(log._published)  # a KV write: a GCS round trip off the loop
+        return log
 
     async def _resent(self, send: Callable[[Any], Awaitable[Any]]) -> Any:
         """``send(writer)``, sent again while Ray restarts the writer (or after one dead
@@ -508,26 +661,32 @@ class SessionLog:
             raise ValueError(f'fsync must be "always", "interval" or "never", got {fsync!r}')
         if not (isinstance(fsync_interval_s, (int, float)) and fsync_interval_s > 0):
             raise ValueError(f"fsync_interval_s must be a positive number of seconds, got {fsync_interval_s!r}")
-        record = {"path": str(Path(path).resolve()), "fsync": fsync, "interval": fsync_interval_s,
+        # Absolute here (the writer's working folder is not ours); the writer resolves links.
+        record = {"path": os.path.abspath(path), "fsync": fsync, "interval": fsync_interval_s,
                   "node": ray.get_runtime_context().get_node_id()}
         return cls(session_id, namespace, record)
 
-    def _published(self) -> "SessionLog":
-        internal_kv._internal_kv_put(_kv_key(self.namespace, self._key), msgpack.packb(self._record),
-                                     overwrite=True, namespace=_KV_NAMESPACE)
-        return self
+    @classmethod
+    def find(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE, *,
+             near: str | None = None) -> "SessionLog | None":
+        """The session's log if one is open (from any process), else ``None`` (blocking;
+        in async code, :meth:`find_async`). The writers are asked: first the one of node
+        ``near`` (default: this process's node — where an agent's calls run, its log
+        usually is), then every other node's."""
+        return asyncio.run_coroutine_threadsafe(cls.find_async(session_id, namespace, near=near),
+                                                background_loop()).result()
 
     @classmethod
-    def find(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog | None":
-        """The session's log if one is open (from any process), else ``None`` (blocking: a
-        read of the cluster's KV store; in async code, :meth:`find_async`)."""
-        raw = internal_kv._internal_kv_get(_kv_key(namespace, session_id), namespace=_KV_NAMESPACE)
-        return None if raw is None else cls(session_id, namespace, msgpack.unpackb(raw))
-
-    @classmethod
-    async def find_async(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog | None":
-        """:meth:`find` for async code: the KV read runs off the event loop."""
-        return await asyncio.to_thread(cls.find, session_id, namespace)
+    async def find_async(cls, session_id: str, namespace: str = DEFAULT_NAMESPACE, *,
+                         near: str | None = None) -> "SessionLog | None":
+        """:meth:`find` for async code."""
+        ensure_ray()
+        near = near or ray.get_runtime_context().get_node_id()
+        record = await _where(session_id, namespace, [near])
+        if record is None:  # elsewhere, or nowhere: every other node's writer is asked
+            nodes = await asyncio.to_thread(_alive_nodes)  # a GCS read: off the loop
+            record = await _where(session_id, namespace, [n for n in nodes if n != near])
+        return None if record is None else cls(session_id, namespace, record)
 
     def _open_args(self) -> tuple[Any, ...]:
         record = self._record
@@ -587,7 +746,8 @@ class SessionLog:
     async def _append(self, events: list[Any]) -> list[int]:
         # Validated and packed here, once, where the events were made (InvalidEventError
         # at once); the writer only frames and writes the bytes.
-        payloads = [msgpack.packb(check_event(e), use_bin_type=True) for e in events]
+        checked = [check_event(e) for e in events]
+        payloads = [msgpack.packb(e, use_bin_type=True) for e in checked]
         self._closed = False  # an append after a close opens the session again
         try:
             result = await (await self._enqueued(("append", self._key, payloads)))
@@ -597,6 +757,7 @@ class SessionLog:
                 f"the session writer of {self._key!r} died before acknowledging {len(events)} event(s); "
                 "they may or may not be on disk") from None
         if result[0] == "ok":
+            self._mirror.remember(result[1], checked)
             return list(result[1])
         if result[0] == "not_open":
             raise SessionLogWriteError(f"the session log {self._key!r} could not be opened on its writer")
@@ -616,6 +777,24 @@ class SessionLog:
     def events(self, since: int = 0) -> Response[list[dict[str, Any]]]:
         return Response(lambda: self._writer_call("events", since))
 
+    def known_events(self, since: int = 0) -> Response[list[dict[str, Any]]]:
+        """The events from ``since`` up to this client's last acknowledged append (at
+        least): what it appended itself is answered from memory, and the writer is asked
+        only from the first index another process filled (an ask's record, a ``run_code``
+        sub-call) — so an agent loop reading its history back each turn costs no actor
+        call. Everything logged before that append is included; events other processes
+        append after it are seen by the next read that follows another append of this
+        client (or by :meth:`events`, which always asks the writer). Read-only: the
+        events are shared with later reads."""
+        async def run() -> list[dict[str, Any]]:
+            gap = self._mirror.gap(since)
+            if gap is not None:
+                self._mirror.fill(gap, await self._writer_call("events", gap))
+                if self._mirror.gap(since) is not None:  # older than what the mirror keeps
+                    return await self._writer_call("events", since)  # type: ignore[no-any-return]
+            return self._mirror.read(since)
+        return Response(run)
+
     def derive_messages(self) -> Response[list[dict[str, Any]]]:
         return Response(lambda: self._writer_call("derive_messages"))
 
@@ -633,8 +812,6 @@ class SessionLog:
         async def run() -> dict[str, Any] | None:
             if self._closed:
                 return None
-            await asyncio.to_thread(internal_kv._internal_kv_del, _kv_key(self.namespace, self._key),
-                                    namespace=_KV_NAMESPACE)
             op = ("close", self._key)
             try:
                 try:

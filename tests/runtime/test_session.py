@@ -26,6 +26,37 @@ def test_appends_are_ordered_durable_and_derive_the_history(ray_cluster, tmp_pat
     log.close().result(T)
 
 
+def test_reading_back_its_own_appends_asks_no_actor_and_what_another_process_logged_is_read_in_order(
+        ray_cluster, tmp_path):
+    """An agent loop reads its log before every model turn: its own appends come from the
+    client's memory; the writer is asked only from the first event another process added."""
+    session_id = f"mirror-{time.monotonic_ns()}"
+    log = SessionLog.open(session_id, str(tmp_path / "m.log"))
+    asked = []
+    ask = log._writer_call
+
+    async def counted(method, *args):
+        asked.append((method, *args))
+        return await ask(method, *args)
+
+    log._writer_call = counted
+    log.append_many([{"type": "user/message", "content": "task"}, {"type": "turn/start"}]).result(T)
+    assert log.known_events(0).result(T) == [{"type": "user/message", "content": "task"}, {"type": "turn/start"}]
+    assert asked == []
+
+    @ray.remote(num_cpus=0)
+    def record_elsewhere(session_id):  # e.g. the approval queue logging an ask for this agent
+        return SessionLog.find(session_id).append({"type": "approval/asked", "id": "r1", "tool_name": "t"}).result(T)
+
+    assert ray.get(record_elsewhere.remote(session_id), timeout=T) == 2
+    log.append({"type": "user/message", "content": "after"}).result(T)
+    assert [e["type"] for e in log.known_events(2).result(T)] == ["approval/asked", "user/message"]
+    assert asked == [("events", 2)]  # one read, from the first event this client did not append
+    assert log.known_events(0).result(T) == log.events(0).result(T)  # the same as the writer's, from memory
+    assert len(asked) == 2  # only events() asked
+    log.close().result(T)
+
+
 def _stream_then_kill(logs, kill, acknowledged_before_kill=50, after=100):
     """Append to every log in ``logs`` round-robin until ``acknowledged_before_kill``
     appends were acknowledged, kill the writer mid-stream, append ``after`` more. Returns
@@ -222,3 +253,44 @@ def test_a_session_left_open_by_a_dead_actor_opens_over_a_new_file_and_a_live_ho
     with pytest.raises(SessionHeldError, match=f"^session '{agent}' is already open"):
         asyncio.run(SessionLog.open_async(agent, str(second)))
     held.close().result(T)
+
+
+def test_a_session_is_found_by_id_from_another_node_and_still_after_its_writer_was_sigkilled(ray_cluster, tmp_path):
+    """Where a session is open is what its writer says (nothing cluster-wide is written per
+    session): found from a process on another node, and — from the notes its predecessor
+    left — after the writer's process is killed, before the session's own client is back."""
+    import os
+    import signal
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .fixtures import process_alive
+
+    session_id = f"found-{time.monotonic_ns()}"
+    path = tmp_path / "found.log"
+    log = SessionLog.open(session_id, str(path))
+    log.append({"type": "turn/start"}).result(T)
+    elsewhere = NodeAffinitySchedulingStrategy(ray_cluster["special_node"].node_id, soft=False)
+
+    @ray.remote(num_cpus=0, scheduling_strategy=elsewhere)
+    def record_from_another_node(session_id, n):
+        found = SessionLog.find(session_id)
+        if found is None:
+            return None
+        return ray.get_runtime_context().get_node_id(), found.append({"type": "user/message", "content": n}).result(T)
+
+    node, index = ray.get(record_from_another_node.remote(session_id, "one"), timeout=T)
+    assert node == ray_cluster["special_node"].node_id and index == 1
+    writer = log._handle()
+    pid = ray.get(writer.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _, index = ray.get(record_from_another_node.remote(session_id, "two"), timeout=T)  # found in the notes
+    assert index == 2
+    assert log.append({"type": "user/message", "content": "three"}).result(T) == 3  # its own client is back too
+    assert [e.get("content") for e in log.known_events(0).result(T)] == [None, "one", "two", "three"]
+    log.close().result(T)
+    assert ray.get(record_from_another_node.remote(session_id, "after"), timeout=T) is None  # closed: found nowhere
+    assert SessionLog.find(session_id) is None

@@ -97,3 +97,39 @@ def test_a_close_opening_its_session_again_never_makes_its_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="gone"):
         core.open("a", str(path), "always", 0.05, None, create=False)  # what a close's reopen asks
     assert not path.exists() and not core.is_open("a")
+
+
+def test_a_writers_directory_says_where_each_session_is_and_its_successor_still_knows(tmp_path):
+    notes = str(tmp_path / "writer.notes")
+    core = SessionWriterCore(notes)
+    a, b = str(tmp_path / "a.log"), str(tmp_path / "b.log")
+    results = core.commit([("open", "a", a, "always", 0.05, None), ("open", "b", b, "interval", 0.2, None),
+                           ("close", "b")])
+    assert [r[0] for r in results] == ["ok", "ok", "ok"]
+    assert core.directory.where("a") == {"path": a, "fsync": "always", "interval": 0.05}
+    assert core.directory.where("b") is None and core.directory.where("nobody") is None
+    core.file("a").close()  # the writer's process dies: its file goes, its notes stay
+    with open(notes, "a") as torn:  # a note cut short by the process's death
+        torn.write("93a4")
+    successor = SessionWriterCore(notes)  # what Ray restarts: nothing is open in it
+    assert not successor.is_open("a")
+    assert successor.directory.where("a") == {"path": a, "fsync": "always", "interval": 0.05}
+    assert successor.directory.where("b") is None
+    assert successor.commit([("close", "a")]) == [("not_open",)]  # known, not open: a close opens it first
+    successor.close("a")  # what a close does once its session is open again: it is forgotten
+    assert successor.directory.where("a") is None
+    assert SessionWriterCore(notes).directory.where("a") is None  # and so is it for the next one
+
+
+def test_a_writers_notes_are_compacted_as_sessions_come_and_go(tmp_path, monkeypatch):
+    from dsh_actors.runtime.session import SessionDirectory
+
+    monkeypatch.setattr(SessionDirectory, "_COMPACT_AT", 10)
+    notes = tmp_path / "writer.notes"
+    core = SessionWriterCore(str(notes))
+    for i in range(40):
+        core.commit([("open", f"s{i}", str(tmp_path / f"{i}.log"), "never", 0.05, None), ("close", f"s{i}")])
+    core.commit([("open", "kept", str(tmp_path / "kept.log"), "never", 0.05, None)])
+    core.file("kept").close()
+    assert len(notes.read_text().splitlines()) <= 10 + 2  # not two lines for every session there ever was
+    assert SessionWriterCore(str(notes)).directory.where("kept")["path"] == str(tmp_path / "kept.log")
