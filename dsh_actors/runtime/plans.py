@@ -41,6 +41,7 @@ class Subscription:
         self._on_change = on_change
         self._id = uuid.uuid4().hex
         self.known = 0
+        self._scoped: tuple[int, frozenset[str]] = (-1, frozenset())  # (as of version, agents with a scope)
         self._valid_until = 0.0
         self._started = False
         self._lock = threading.Lock()
@@ -57,6 +58,12 @@ class Subscription:
         since), else ``None``."""
         known = self.known
         return known if self.current(known) else None
+
+    def quiet(self, agent: str, version: int) -> bool:
+        """Whether ``agent`` had no scope of its own at ``version`` (its plan is the base
+        plan), as the registry said with that version; ``False`` when unknown."""
+        as_of, scoped = self._scoped
+        return as_of == version and agent not in scoped
 
     def _start(self) -> None:
         with self._lock:
@@ -77,7 +84,7 @@ class Subscription:
         while ray.is_initialized():  # never re-initialise Ray from this thread after shutdown
             sent = time.monotonic()
             try:
-                version = await handle.subscribe.remote(self._id, self.known)
+                version, full, agents = await handle.subscribe.remote(self._id, self.known)
             except ACTOR_GONE as exc:
                 remember_dead(exc)  # the next call finds the registry gone: REGISTRY_UNAVAILABLE
                 return  # the registry is gone; calls fall back to checking the version
@@ -85,6 +92,14 @@ class Subscription:
                 self._valid_until = 0.0
                 await asyncio.sleep(HEARTBEAT_S)
                 continue
+            if full or agents:
+                scoped = set(agents) if full else set(self._scoped[1])
+                if not full:
+                    for agent, has_one in agents:
+                        (scoped.add if has_one else scoped.discard)(agent)
+                self._scoped = (version, frozenset(scoped))  # one assignment: read whole or not at all
+            elif self._scoped[0] == self.known:
+                self._scoped = (version, self._scoped[1])
             if version != self.known:
                 self._valid_until = 0.0
                 self._on_change(version)
@@ -150,6 +165,13 @@ class PlanCache:
         return ticket
 
     async def _scope_ticket(self, agent: str) -> PlanTicket:
+        vouched = self.subscription.vouched()
+        if vouched is not None and self._link.shares_hosts and self.subscription.quiet(agent, vouched):
+            # No scope of its own as of a version under a live lease: its plan is the base
+            # plan, which this process holds once per version (no host is asked per agent).
+            base = await self.ticket(None)
+            if base.version == vouched:
+                return base.quiet()
         # Asking for a plan runs nothing: a host seen dead is asked again once replaced.
-        return await self._link.call_scope(agent, "plan", self.subscription.vouched(),  # type: ignore[no-any-return]
+        return await self._link.call_scope(agent, "plan", vouched,  # type: ignore[no-any-return]
                                            resend=True)

@@ -66,9 +66,12 @@ class RegistryService:
 
     # the subscription protocol
 
-    async def subscribe(self, client: str, known: int) -> int:
-        """A client's long poll on the version (see :mod:`.leases`)."""
-        return await self._leases.poll(client, known)
+    async def subscribe(self, client: str, known: int) -> tuple[int, bool, list[Any]]:
+        """A client's long poll on the version (see :mod:`.leases`): the version, and which
+        agents have a scope of their own as of it (:meth:`RegistryCore.scoped_since`:
+        whether the list is all of them, then the list)."""
+        version = await self._leases.poll(client, known)
+        return (version, *self._core.scoped_since(known))
 
     async def _settled(self, result: Any = None) -> Any:
         """After a change: return ``result`` once every live subscriber heard of it."""

@@ -9,6 +9,7 @@ definition twice: what reaches it was frozen once by the client.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 from typing import Any, Callable
@@ -23,6 +24,9 @@ from .wire import PlanTicket
 __all__ = ["Journal", "RegistryCore"]
 
 log = logging.getLogger("dsh_actors.runtime")
+
+_SCOPED_LOG = 8192
+"""Journal gains and losses kept for the version subscription (older asks get the whole set)."""
 
 Journal = list[tuple[int, str, Any]]
 """One agent's scope changes, in order: (registration id, kind, validated payload)."""
@@ -44,6 +48,10 @@ class RegistryCore:
         self._by_owner: dict[str, list[int]] = {}
         self.journals: dict[str, Journal] = {}
         self._ticket: PlanTicket | None = None
+        # When an agent got or lost its journal (the version then): what the version
+        # subscription tells clients, so they know which agents' plans are the base plan.
+        self._scoped_log: collections.deque[tuple[int, str]] = collections.deque(maxlen=_SCOPED_LOG)
+        self._scoped_log_from = self.version  # changes after this version are all in the log
 
     def bump(self) -> int:
         """Publish a new version: every cached plan older than it is refused by executions."""
@@ -101,8 +109,12 @@ class RegistryCore:
 
     def scope_changed(self, agent: str, reg_id: int, kind: str, payload: Any) -> int:
         """Record one validated change of ``agent``'s scope and publish a new version."""
+        new = agent not in self.journals
         self.journals.setdefault(agent, []).append((reg_id, kind, payload))
-        return self.bump()
+        version = self.bump()
+        if new:
+            self._scoped_changed(agent)
+        return version
 
     def scope_disposed(self, agent: str, reg_id: int) -> int:
         """Forget change ``reg_id`` of ``agent``'s scope and publish a new version."""
@@ -110,8 +122,32 @@ class RegistryCore:
         return self.bump()
 
     def drop_journal(self, agent: str) -> bool:
-        """Forget ``agent``'s journal (its scope closed); whether it had changed anything."""
-        return bool(self.journals.pop(agent, None))
+        """Forget ``agent``'s journal (its scope closed); whether it had changed anything.
+        The caller publishes a new version when it had (else nothing changed for anyone)."""
+        journal = self.journals.pop(agent, None)
+        if journal is not None:
+            self._scoped_changed(agent, self.version + 1 if journal else self.version)
+        return bool(journal)
+
+    def _scoped_changed(self, agent: str, version: int | None = None) -> None:
+        if len(self._scoped_log) == self._scoped_log.maxlen:
+            self._scoped_log_from = self._scoped_log[0][0]  # about to be dropped: older asks get everything
+        self._scoped_log.append((self.version if version is None else version, agent))
+
+    def scoped_since(self, known: int) -> tuple[bool, list[Any]]:
+        """Which agents have a journal (a scope that may differ from the base plan), for a
+        client that knew version ``known``: ``(False, [(agent, has one now), …])`` for
+        the agents that gained or lost one since, or ``(True, [every agent with one])``
+        when the log does not reach back that far (a new client: ``known`` 0). An agent
+        with no journal has the base plan as its plan (its close has nothing to dispose)."""
+        if known < self._scoped_log_from or known == 0:
+            return True, sorted(self.journals)
+        changed: set[str] = set()
+        for version, agent in reversed(self._scoped_log):
+            if version <= known:
+                break
+            changed.add(agent)
+        return False, [(agent, agent in self.journals) for agent in sorted(changed)]
 
     # views and plans
 

@@ -98,6 +98,10 @@ class PlanTicket:
         """This (base) ticket, for a scope that exists on its host with an empty layer."""
         return PlanTicket(self.version, self.plan_box, self.observed, True)
 
+    def quiet(self) -> "PlanTicket":
+        """This (base) ticket, for an agent with no scope anywhere (nothing to close)."""
+        return PlanTicket(self.version, self.plan_box, self.observed, False)
+
 
 # --- the version subscription's timing -------------------------------------------------------
 

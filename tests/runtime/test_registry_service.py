@@ -103,3 +103,44 @@ def test_a_recreated_registry_never_reuses_a_version(run):
 
     assert run(scenario()) == 19 and versions.value == 19  # one at start, one for the change
     assert asyncio.run(scenario()) == 21
+
+
+def test_the_subscription_says_which_agents_have_a_scope_all_at_first_then_only_what_changed(run):
+    """A client learns with the version which agents have a scope of their own: the others'
+    plans are the base plan, so nobody asks a host for them."""
+    async def scenario():
+        reg, _ = registry("shared")
+        await reg.register.remote(echo("read"), None)
+        host = await reg.ensure_scope.remote("a")
+        await host.restrict.remote("a", {"deny": ["read"]})
+        version, full, agents = await reg.subscribe.remote("client", 0)
+        first = (full, agents)
+        host_b = await reg.ensure_scope.remote("b")
+        await host_b.register.remote("b", echo("mine"))
+        await reg.drop_scope.remote("a")
+        await host_b.visible.remote("quiet-reader")  # a read makes no scope
+        after, full, agents = await reg.subscribe.remote("client", version)
+        second = (full, agents)
+        third = await reg.subscribe.remote("client", after)  # nothing changed since: a heartbeat
+        return first, second, third[1:], await reg.subscribe.remote("new-client", 0)
+
+    first, second, third, new = run(scenario())
+    assert first == (True, ["a"])
+    assert second == (False, [("a", False), ("b", True)])
+    assert third == (False, [])
+    assert new[1:] == (True, ["b"])
+
+
+def test_the_changes_a_client_missed_beyond_what_is_kept_come_as_the_whole_set(monkeypatch):
+    from dsh_actors.runtime import registry_core
+
+    monkeypatch.setattr(registry_core, "_SCOPED_LOG", 4)
+    core = registry_core.RegistryCore("r", "ns", lambda version: None)
+    start = core.version
+    for i in range(6):
+        core.scope_changed(f"agent-{i}", i, "restrict", {})
+    assert core.scoped_since(start) == (True, [f"agent-{i}" for i in range(6)])
+    assert core.scoped_since(core.version - 1) == (False, [("agent-5", True)])
+    core.drop_journal("agent-5")
+    core.bump()
+    assert core.scoped_since(core.version - 1) == (False, [("agent-5", False)])

@@ -247,3 +247,40 @@ def test_a_scope_that_changes_nothing_exists_nowhere_and_closes_without_asking_t
     again.close().result(T)
     assert "own" not in names(registry.scope("quiet").visible().result(T))
     assert not any("quiet" in ray.get(h.agents.remote(), timeout=T) for h in hosts)
+
+
+def test_a_new_agent_that_changes_nothing_asks_no_host_and_one_another_process_restricted_is_asked(registry):
+    """The version subscription says which agents have a scope of their own: any other
+    agent's plan is the base plan this process already holds, so a fleet's new agents cost
+    their hosts nothing — while an agent restricted elsewhere is never run with it."""
+    import os
+    import signal
+
+    registry.register(echo()).result(T)
+    assert ex(registry.scope("warm"), "w", text="hi").text == "hi"
+    subscription = registry._owner_state.plans.subscription
+    deadline = time.monotonic() + T
+    while not (registry._link.shares_hosts and subscription.vouched() is not None
+               and subscription.quiet("fresh", subscription.vouched())) and time.monotonic() < deadline:
+        ex(registry.scope("warm"), "w", text="again")
+    hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)
+    pids = [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in hosts]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # no host answers now
+    try:
+        fresh = registry.scope("fresh")
+        assert fresh.execute(call_id="f1", name="echo", arguments={"text": "mine"}).result(5).text == "mine"
+        assert names(fresh.visible().result(5)) == ["echo"]
+        fresh.close().result(5)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+    @ray.remote(num_cpus=0)
+    def restrict_elsewhere(name):
+        from dsh_actors.runtime import ToolRegistry
+        ToolRegistry.connect(name, scope_hosting="shared").scope("watched").restrict(deny=["echo"]).result(T)
+
+    ray.get(restrict_elsewhere.remote(registry.name), timeout=T)
+    assert ex(registry.scope("watched"), "x1").error["code"] == "UNKNOWN_TOOL"
+    assert any("watched" in ray.get(h.agents.remote(), timeout=T) for h in hosts)
