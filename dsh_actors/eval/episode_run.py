@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import io
 import os
@@ -58,20 +59,32 @@ class JobFiles:
     in ``root/workspaces/<agent>``, logs in ``root/logs``. Otherwise ``root`` is a scratch
     folder on each node's own disk, and an episode's files are in ``root/workspaces/<node>/``
     and ``root/logs/<node>/`` (:func:`~dsh_actors.tools.workspace.node_folder`) on the node
-    that ran it (a call that ran elsewhere would find no workspace, not another copy)."""
+    that ran it (a call that ran elsewhere would find no workspace, not another copy) —
+    except the logs of episodes run on ``home_node`` (the driver's), which go straight into
+    ``home_logs`` (the run's ``--out/logs``) instead of being sent back to the driver."""
 
     root: str
     shared: bool
     template: Any
     """The workspace template as a tar archive (bytes, or an object ref to them)."""
+    home_node: str | None = None
+    home_logs: str | None = None
 
-    @property
+    @functools.cached_property
     def workspaces(self) -> AgentWorkspaces:
         return AgentWorkspaces(Path(self.root) / "workspaces", per_node=not self.shared)
 
     def logs(self) -> Path:
         """This node's log folder."""
-        return Path(self.root) / "logs" if self.shared else Path(self.root) / "logs" / node_folder()
+        if self.shared:
+            return Path(self.root) / "logs"
+        if self.home_logs is not None and node_folder() == self.home_node:
+            return Path(self.home_logs)
+        return Path(self.root) / "logs" / node_folder()
+
+    def kept_in_place(self, log: Path) -> bool:
+        """Whether ``log`` is already where the run keeps it (nothing to send back)."""
+        return self.shared or (self.home_logs is not None and log.parent == Path(self.home_logs))
 
 
 def pack_folder(folder: str | Path) -> bytes:
@@ -193,6 +206,9 @@ def _copy_template(template: Path, workspace: Path) -> None:
             os.close(fd)
 
 
+_made: set[Path] = set()  # log folders this process made (made once, not once per episode)
+
+
 def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Path, Path]:
     """The episode's own copy of the workspace on this node, and the path of its log (a
     log or workspace left by an earlier attempt is removed: this one starts again)."""
@@ -201,7 +217,9 @@ def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Pat
         shutil.rmtree(workspace, ignore_errors=True)
     _copy_template(template, workspace)
     logs = files.logs()
-    logs.mkdir(parents=True, exist_ok=True)
+    if logs not in _made:
+        logs.mkdir(parents=True, exist_ok=True)
+        _made.add(logs)
     log_path = logs / f"{episode.id}.log"
     if log_path.exists() or log_path.is_symlink():
         if not log_path.is_file() or log_path.is_symlink():

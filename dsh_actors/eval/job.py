@@ -51,6 +51,7 @@ from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
 from ..runtime.local import ensure_ray
 from ..tools import reference_tools
+from ..tools.workspace import node_folder
 from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
 from .plugins import PluginError, load_tools
@@ -117,7 +118,9 @@ class _Job:
         fleet: RunnerFleet | None = None
         logs = self.out / "logs" if self.out is not None and not self.files.shared else None
         try:
-            self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template))  # sent once
+            # The template is sent once; runners on this node write their logs straight into --out.
+            self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template),
+                                  node_folder() if logs is not None else None, str(logs) if logs is not None else None)
             for mode in sorted({w.episode.mode for w in works}):
                 registry = ToolRegistry.connect(f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
                                                 code_runtime=CodeRuntimeConfig() if mode != "native" else None)

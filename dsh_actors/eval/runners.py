@@ -147,7 +147,7 @@ class EpisodeRunnerCore:
         report.runner = ray.get_runtime_context().get_actor_name()
         metrics.count("dsh_episodes", report.status, report.stop or "")
         log = None
-        if self._ship_logs and log_path is not None:
+        if self._ship_logs and log_path is not None and not self._files.kept_in_place(log_path):
             try:
                 log = await asyncio.to_thread(log_path.read_bytes)
             except OSError as exc:

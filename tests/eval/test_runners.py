@@ -69,11 +69,13 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
     marks = tmp_path / "marks"
     marks.mkdir()
     out = tmp_path / "out"
+    scratch = tmp_path / "scratch"
     reports = collect(run_episodes([episode(i) for i in range(40)], tools=[marking_tool(marks)], out=out,
-                                   in_flight=16))
+                                   in_flight=16, scratch=scratch))
     assert sorted(r.id for r in reports) == [f"ep-{i:03d}" for i in range(40)]  # one report each
     assert all(r.status == "ok" and r.calls == 5 and r.ok == 5 for r in reports), [r.message for r in reports]
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    driver = ray.get_runtime_context().get_node_id()[:16]
     by_node = {}
     for report in reports:
         by_node.setdefault(report.node, []).append(report.id)
@@ -84,7 +86,12 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
         assert node in nodes and node.startswith(report.node)
         workspace = Path(report.workspace)
         assert report.node in workspace.parts and (workspace / "mine.txt").read_text() == f"ep-{int(report.id[3:])}"
-        assert (out / "logs" / f"{report.id}.log").stat().st_size > 0  # logs streamed back to the driver's folder
+        assert (out / "logs" / f"{report.id}.log").stat().st_size > 0  # every log is in the driver's folder:
+        on_node = list(scratch.glob(f"**/logs/{report.node}/{report.id}.log"))
+        if report.node == driver:  # written there by its node's writer, nothing sent back
+            assert on_node == []
+        else:  # written on its own node, and streamed back
+            assert len(on_node) == 1 and on_node[0].read_bytes() == (out / "logs" / f"{report.id}.log").read_bytes()
     assert not ray.util.list_named_actors(all_namespaces=True) or not any(
         a["name"].startswith(RUNNER_PREFIX) for a in ray.util.list_named_actors(all_namespaces=True))  # ended
 
