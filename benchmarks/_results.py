@@ -44,3 +44,72 @@ def machine_cpu_s() -> float:
     values = [int(v) for v in Path("/proc/stat").read_text().split()[1:9]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = values
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+
+def processes_cpu_s() -> dict[int, tuple[str, float]]:
+    """Every live process's title (its command line; a Ray worker's names its actor) and
+    CPU seconds, from /proc."""
+    seen: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            seen[int(entry.name)] = (title, process_cpu_s(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return seen
+
+
+def _kind(title: str) -> str:
+    """A process's kind: a Ray actor's class, else its program and first arguments."""
+    if title.startswith("ray::"):
+        return title.split(".")[0].split(" ")[0]
+    words = title.split(" ")
+    return " ".join([words[0].rsplit("/", 1)[-1], *words[1:3]])[:60]
+
+
+class CpuByProcess:
+    """Where a run's CPU went, by kind of process: ``with CpuByProcess() as cpu: …`` then
+    ``cpu.spent()``. /proc is read every ``every_s`` seconds meanwhile, so processes that
+    end during the run (a job's actors) are counted up to their last reading."""
+
+    def __init__(self, every_s: float = 0.25) -> None:
+        import threading
+
+        self._every_s = every_s
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "CpuByProcess":
+        self._first = {pid: cpu for pid, (_, cpu) in processes_cpu_s().items()}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+
+    def _read(self) -> None:
+        for pid, (title, cpu) in processes_cpu_s().items():
+            known = self._last.get(pid)
+            if known is None or not title.startswith("ray::IDLE"):
+                self._last[pid] = (title if known is None or title.startswith("ray::") else known[0], cpu)
+            else:
+                self._last[pid] = (known[0], cpu)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._read()
+
+    def spent(self) -> list[tuple[str, float]]:
+        """CPU seconds by kind of process, largest first."""
+        spent: dict[str, float] = {}
+        for pid, (title, cpu) in self._last.items():
+            kind = _kind(title)
+            spent[kind] = spent.get(kind, 0.0) + cpu - self._first.get(pid, 0.0)
+        return sorted(((k, v) for k, v in spent.items() if v > 0.005), key=lambda kv: -kv[1])

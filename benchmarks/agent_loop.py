@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -21,7 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import machine_cpu_s, process_cpu_s, table, write_section  # noqa: E402
+from _results import (CpuByProcess, _kind, machine_cpu_s, process_cpu_s, processes_cpu_s, table,  # noqa: E402
+                      write_section)
 
 from dsh_actors.agent import ChatModel, ModelConfig  # noqa: E402
 from dsh_actors.agent.scripted import ScriptedServer, reply  # noqa: E402
@@ -39,9 +41,15 @@ def respond(request):
     return reply("done", delay_s=LATENCY_S)
 
 
-def serve(port_out, stop) -> None:
-    """The scripted model in a process of its own (not competing with the driver's GIL)."""
-    with ScriptedServer(respond) as server:
+def serve(port_out, stop, served) -> None:
+    """The scripted model in a process of its own (not competing with the driver's GIL);
+    ``served`` counts the requests it answered."""
+    def counted(request):
+        with served.get_lock():
+            served.value += 1
+        return respond(request)
+
+    with ScriptedServer(counted) as server:
         port_out.put(server.port)
         stop.wait()
 
@@ -49,7 +57,8 @@ def serve(port_out, stop) -> None:
 class ServerProcess:
     def __enter__(self):
         self.ports, self.stop = multiprocessing.Queue(), multiprocessing.Event()
-        self.process = multiprocessing.Process(target=serve, args=(self.ports, self.stop), daemon=True)
+        self.served = multiprocessing.Value("l", 0)
+        self.process = multiprocessing.Process(target=serve, args=(self.ports, self.stop, self.served), daemon=True)
         self.process.start()
         self.base_url = f"http://127.0.0.1:{self.ports.get(timeout=60)}/v1"
         return self
@@ -84,7 +93,7 @@ async def client_alone(config: ModelConfig, count: int, concurrency: int) -> flo
     return wall
 
 
-def main(count: int, concurrency: int) -> str:
+def main(count: int, concurrency: int, by_process: bool = False) -> str:
     ensure_ray()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder, ServerProcess() as server:
         path = Path(folder) / "tasks.jsonl"
@@ -96,13 +105,40 @@ def main(count: int, concurrency: int) -> str:
         def cpu() -> float:  # every process but the model server's
             return machine_cpu_s() - process_cpu_s(server.process.pid)
 
-        before = cpu()
-        alone = asyncio.run(client_alone(config, count, concurrency))
-        alone_cpu = cpu() - before
-        start, before = time.monotonic(), cpu()
-        summary = asyncio.run(run_eval([path], Path(folder) / "out", concurrency=concurrency, progress=None,
-                                       model=config))
-        wall, job_cpu = time.monotonic() - start, cpu() - before
+        def steady(first: int, last: int) -> tuple[float, list[tuple[str, float]]]:
+            """CPU ms per model request while the server answers its ``first``-th to its
+            ``last``-th request: the job running, its start and end left out; with where it went."""
+            readings = []
+            for mark in (first, last):
+                while server.served.value < mark:
+                    time.sleep(0.01)
+                readings.append((server.served.value, cpu(), processes_cpu_s()))
+            (n0, c0, p0), (n1, c1, p1) = readings
+            spent: dict[str, float] = {}
+            for pid, (title, seconds) in p1.items():
+                if pid in p0 and pid != server.process.pid:
+                    spent[_kind(title)] = spent.get(_kind(title), 0.0) + seconds - p0[pid][1]
+            per_turn = 1000 / (n1 - n0)
+            return (c1 - c0) * per_turn, sorted(((k, v * per_turn) for k, v in spent.items() if v > 0), key=lambda kv: -kv[1])
+
+        turns = count * 2
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            before, served = cpu(), server.served.value
+            window = pool.submit(steady, served + turns // 4, served + turns * 3 // 4)
+            alone = asyncio.run(client_alone(config, count, concurrency))
+            alone_cpu, (alone_steady, _) = cpu() - before, window.result()
+            start, before, served = time.monotonic(), cpu(), server.served.value
+            window = pool.submit(steady, served + turns // 4, served + turns * 3 // 4)
+            with CpuByProcess() as processes:
+                summary = asyncio.run(run_eval([path], Path(folder) / "out", concurrency=concurrency, progress=None,
+                                               model=config))
+            wall, job_cpu = time.monotonic() - start, cpu() - before
+            job_steady, steady_by_process = window.result()
+        if by_process:  # where the job's CPU went: in all, per episode; while it ran, per model turn
+            for kind, seconds in processes.spent():
+                print(f"{seconds * 1000 / count:8.2f} ms/episode in all  {kind}")
+            for kind, ms in steady_by_process:
+                print(f"{ms:8.2f} ms/turn while running  {kind}")
     model = summary["model"]
     assert summary["episodes_failed"] == 0 and model["success_rate"] == 1.0, summary["per_episode"][:2]
     at_once = min(concurrency, count)  # episode-seconds per second of wall
@@ -111,15 +147,16 @@ def main(count: int, concurrency: int) -> str:
         return f"{seconds / (of_wall * at_once) * 100:.1f}%"
 
     own = count * 2 * LATENCY_S  # the model's own time: two 50 ms turns an episode
-    turns = count * 2
     alone_ms, job_ms = alone_cpu * 1000 / turns, job_cpu * 1000 / turns
     rows = [["the model client alone (no harness)", f"{alone:.1f}", f"{count / alone:.1f}", share(own, alone), "—",
-             f"{alone_ms:.2f}", "1.00×"],
+             f"{alone_ms:.2f}", "1.00×", f"{alone_steady:.2f}", "1.00×"],
             ["dsh-actors episodes (on runners)", f"{wall:.1f}", f"{count / wall:.1f}", share(own, wall),
-             share(model["model_s"], wall), f"{job_ms:.2f}", f"{job_ms / alone_ms:.2f}×"]]
+             share(model["model_s"], wall), f"{job_ms:.2f}", f"{job_ms / alone_ms:.2f}×", f"{job_steady:.2f}",
+             f"{job_steady / alone_steady:.2f}×"]]
     return table([f"{count:,} episodes, {min(concurrency, count)} at once", "wall s", "episodes/s",
                   "model's own time, share of wall", "requests as the client timed them, share of wall",
-                  "CPU ms per model turn (all but the model server)", "vs the client alone"], rows) + (
+                  "CPU ms per model turn, whole run (all but the model server)", "vs the client alone",
+                  "CPU ms per model turn, while running", "vs the client alone"], rows) + (
         f"\n\nEach episode: two model turns of 50 ms (a `read_file` call, then the answer, scored), one tool call, "
         "its scope, workspace copy and session log; the scripted model runs in a process of its own. The first "
         "row makes the same requests (same prompt, tools and history) with the same client and nothing else. "
@@ -128,14 +165,17 @@ def main(count: int, concurrency: int) -> str:
         f"Ideal wall: {own / at_once:.1f} s. Goal: ≥ 90 % at 200 at once. *CPU per model turn*: the busy CPU of "
         "every process on the machine (`/proc/stat`) minus the model server's (`/proc/PID/stat`), over the run, "
         "per model request — the episode's whole harness (runners, executors, scope hosts, session writer, "
-        "driver) against the bare client making the same requests. Goal: ≤ 3× the client alone.")
+        "driver) against the bare client making the same requests: over the whole run (the job's start, its "
+        "actors made, and its end included), and *while running* (from the server's 25th to its 75th percentile "
+        "of requests: what each further episode costs). Goal: ≤ 3× the client alone.")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--by-process", action="store_true", help="print where the job's CPU went, by process")
     options = parser.parse_args()
-    text = main(options.episodes, options.concurrency)
+    text = main(options.episodes, options.concurrency, options.by_process)
     write_section("agent_loop", "A model in the loop: 1,000 scripted episodes", text)
     print(text)
