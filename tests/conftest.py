@@ -22,12 +22,10 @@ def ray_cluster():
     # Test helpers travel to workers by value: workers need not import the tests package.
     cloudpickle.register_pickle_by_value(tests)
 
+    # Ray's default metrics interval (10 s): every process reporting each second cost the
+    # nodes' dashboard agents about a sixth of a core over the suite; the metrics test waits.
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1",
-        # Metrics reach each node's endpoint every second (Ray's default is 10 s): the
-        # metrics tests scrape them without waiting out the default interval.
-        "_system_config": {"metrics_report_interval_ms": 1000},
-    })
+        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
     special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     cluster.wait_for_nodes()
