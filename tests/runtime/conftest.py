@@ -8,10 +8,13 @@ _counter = iter(range(10**6))
 
 
 @pytest.fixture
-def registry(ray_cluster):
-    """A fresh registry (its own actor and version) for each test."""
+def registry(ray_cluster, request):
+    """A fresh registry (its own actor and version) for each test, with one executor: an
+    actor costs about a second of CPU to start, and most tests are not about the pool. A
+    test about executors dying, or the pool's spread, marks itself ``two_executors``."""
     from dsh_actors.runtime import ToolRegistry
 
-    reg = ToolRegistry.connect(f"test-{os.getpid()}-{next(_counter)}")
+    executors = None if request.node.get_closest_marker("two_executors") else 1
+    reg = ToolRegistry.connect(f"test-{os.getpid()}-{next(_counter)}", executors=executors)
     yield reg
     reg.shutdown()

@@ -82,6 +82,7 @@ def test_a_plain_body_runs_off_the_loop_so_other_calls_on_the_same_executor_go_o
         registry.shutdown()
 
 
+@pytest.mark.two_executors
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_an_executor_killed_mid_call_gives_one_coded_result_and_the_pool_heals(registry, kill):
     started, observed = hanging_registry(registry)
@@ -112,6 +113,7 @@ def test_an_executor_killed_mid_call_gives_one_coded_result_and_the_pool_heals(r
     assert ray.get(observed.all.remote(), timeout=T).count("victim") == 1  # observers heard it once
 
 
+@pytest.mark.two_executors
 def test_executors_hold_no_cpu_and_spread_over_the_nodes(registry, ray_cluster):
     handles = ray.get(registry._handle().executors.remote(), timeout=T)
     nodes = {ray.get(h.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=T)
