@@ -166,6 +166,13 @@ class Episode(_Model):
     limits: Limits = pydantic.Field(default_factory=Limits)
     """The run's budgets and its tool calls' deadline."""
 
+    @property
+    def changes_scope(self) -> bool:
+        """Whether the agent's scope gets anything of its own (restrictions, guards,
+        shadows, policies): then it lives on a scope host."""
+        scope = self.scope
+        return bool(self.policies or scope.restrict is not None or scope.guards or scope.shadows)
+
     @pydantic.model_validator(mode="after")
     def _scripted_or_model(self) -> "Episode":
         if bool(self.turns) == (self.task is not None):

@@ -133,7 +133,8 @@ class _Job:
                     await registry.register(coded_failures(definition))
                 await registry.approvals(policy=self.approvals)
             fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
-                                live=on_card is not None, ship_logs=logs is not None, options=runner_options)
+                                live=on_card is not None, ship_logs=logs is not None, options=runner_options,
+                                place_by_scope=any(w.episode.changes_scope for w in works))
             await fleet.start()
             async with contextlib.aclosing(fleet.stream(works)) as stream:
                 async for items in stream:

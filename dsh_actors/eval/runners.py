@@ -180,10 +180,14 @@ class RunnerFleet:
     ``runners_per_node``: a number, or ``None`` for :func:`default_runners_per_node` of
     each node's CPUs. ``in_flight``: the episodes running at once over the whole fleet
     (shared evenly between runners). ``options``: Ray actor options for the runners (e.g.
-    ``num_cpus``, ``runtime_env``). ``name``: the job's, in each runner's actor name."""
+    ``num_cpus``, ``runtime_env``). ``name``: the job's, in each runner's actor name.
+    ``place_by_scope``: offer an episode first to a runner on the node hosting its agent's
+    scope (the hosts are then made at the start; a job whose agents change nothing in their
+    scopes needs no host, and none is made)."""
 
     def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, *, name: str = "job",
-                 in_flight: int = 256, runners_per_node: int | None = None, live: bool = False, ship_logs: bool = True, options: dict[str, Any] | None = None) -> None:
+                 in_flight: int = 256, runners_per_node: int | None = None, live: bool = False, ship_logs: bool = True,
+                 options: dict[str, Any] | None = None, place_by_scope: bool = True) -> None:
         if runners_per_node is not None and runners_per_node < 1:
             raise ValueError(f"runners_per_node must be at least 1; got {runners_per_node}")
         self._registries = registries
@@ -193,6 +197,7 @@ class RunnerFleet:
         self._per_node = runners_per_node
         self._live = live
         self._ship_logs = ship_logs
+        self._place_by_scope = place_by_scope
         self._options = {**RUNNER_OPTIONS, **(options or {})}
         self._runners: list[_Runner] = []
         self._made: list[Any] = []  # every runner handle made (close() kills them all)
@@ -228,7 +233,7 @@ class RunnerFleet:
         if not self._runners:
             raise RuntimeError(f"no episode runner started: {ready[0] if ready else 'the cluster has no alive node'}")
         for registry in self._registries.values():
-            hosts = await registry._link.call("scope_host_nodes")
+            hosts = await registry._link.call("scope_host_nodes", self._place_by_scope)
             if hosts:
                 self._host_nodes = hosts
                 break

@@ -99,19 +99,25 @@ class Fleet:
         # Code Mode queues (queue-actor dispatch only). The list is the run_code transport's:
         # a replacement takes its member's place in it.
         self.queues: list[tuple[Any, str | None]] = []
-        self.scope_hosts: list[Any] = []  # shared hosting: agents hashed onto these
+        self.scope_hosts: list[Any] = []  # shared hosting: agents hashed onto these (made on first use)
         self.dedicated: dict[str, Any] = {}  # dedicated hosting: agent -> its own host
         self.hub: Any = None
 
     def start(self) -> None:
-        """Start the pools: executors, queues, shared scope hosts."""
+        """Start the pools: executors, queues. Shared scope hosts are made when first needed
+        (:meth:`shared_hosts`): agents that change nothing in their scopes need none."""
         config, nodes = self.config, self.spawner.nodes()
         self.executors[:] = [self._executor(i, nodes) for i in range(config.executors or max(2, len(nodes)))]
         if config.mode != "native" and config.code_dispatch == "queue-actor":
             self.queues[:] = [self._queue(i, nodes) for i in range(max(config.queues, len(nodes)))]
-        if config.scope_hosting == "shared":
-            count = config.scope_hosts or max(2, len(nodes))
+
+    def shared_hosts(self, nodes: list[str]) -> list[Any]:
+        """Shared hosting: the scope hosts, made on first use over ``nodes`` (the alive
+        nodes: one host per node, at least two, unless the config says how many)."""
+        if self.config.scope_hosting == "shared" and not self.scope_hosts:
+            count = self.config.scope_hosts or max(2, len(nodes))
             self.scope_hosts[:] = [self._shared_host(i, count, nodes) for i in range(count)]
+        return self.scope_hosts
 
     def _track(self, handle: Any, node: str | None) -> Any:
         self._node[self.spawner.actor_id(handle)] = node
@@ -185,6 +191,7 @@ class Fleet:
         is the one on record, its successor starts from its agents' journals (a shared one
         on ``nodes``, the alive nodes now). Dedicated hosting makes the agent's host on first use."""
         if self.config.scope_hosting == "shared":
+            self.shared_hosts(nodes or [])
             index = host_index(agent, len(self.scope_hosts))
             if dead is not None and self.spawner.actor_id(self.scope_hosts[index]) == dead:
                 self.spawner.release(self.scope_hosts[index])

@@ -39,6 +39,7 @@ class RegistryLink:
         self._actor: Any = None
         self._scopes: dict[str, Any] = {}  # dedicated hosting: agent -> its host
         self._hosts: list[Any] | None = None  # shared hosting's hosts ([]: dedicated hosting)
+        self._shared: bool | None = None  # whether the registry hosts scopes shared (asked once)
         self._hub: Any = None
         self._asking_hosts: tuple[int, Any] | None = None  # (incarnation, the scope_hosts call in flight)
         self._lock = threading.Lock()
@@ -55,6 +56,7 @@ class RegistryLink:
         self._hub = None
         self._scopes.clear()
         self._hosts = None
+        self._shared = None
 
     def _gone(self) -> RegistryUnavailableError:
         return RegistryUnavailableError(
@@ -120,7 +122,14 @@ class RegistryLink:
     def shares_hosts(self) -> bool:
         """Whether this registry's scopes are known to live in its shared hosts (no actor of
         their own: one whose host holds nothing for it has nothing to end)."""
-        return bool(self._hosts)
+        return bool(self._shared) or bool(self._hosts)
+
+    async def hosts_shared(self) -> bool:
+        """Whether the registry hosts its scopes shared (asked of it once; its hosts are
+        made only when a scope first needs one)."""
+        if self._shared is None:
+            self._shared = (await self.call("config"))["scope_hosting"] == "shared"
+        return self._shared
 
     async def _scope_hosts(self) -> list[Any]:
         """The registry's scope hosts, asked once however many scopes start at the same

@@ -9,6 +9,7 @@ while the subscription's lease is live skips the per-call version check.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ class Subscription:
         self._valid_until = 0.0
         self._started = False
         self._lock = threading.Lock()
+        self._answered: concurrent.futures.Future[None] = concurrent.futures.Future()  # its first answer came
 
     def current(self, version: int) -> bool:
         """``True`` when ``version`` is the registry's version as of a live lease."""
@@ -58,6 +60,17 @@ class Subscription:
         since), else ``None``."""
         known = self.known
         return known if self.current(known) else None
+
+    async def answered(self, timeout_s: float = 5.0) -> None:
+        """Return once the registry first answered this subscription (started if need be),
+        or after ``timeout_s``: what it knows before then is nothing."""
+        if not self._started:
+            self._start()
+        if not self._answered.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._answered)), timeout_s)
+            except asyncio.TimeoutError:
+                pass
 
     def quiet(self, agent: str, version: int) -> bool:
         """Whether ``agent`` had no scope of its own at ``version`` (its plan is the base
@@ -106,6 +119,8 @@ class Subscription:
                 self.known = version
             # The registry renewed our lease on receiving this poll (after ``sent``).
             self._valid_until = sent + LEASE_S
+            if not self._answered.done():
+                self._answered.set_result(None)
 
 
 class PlanCache:
@@ -165,8 +180,11 @@ class PlanCache:
         return ticket
 
     async def _scope_ticket(self, agent: str) -> PlanTicket:
+        shared = await self._link.hosts_shared()
+        if shared:
+            await self.subscription.answered()  # a process's first scopes: what it says spares asking a host
         vouched = self.subscription.vouched()
-        if vouched is not None and self._link.shares_hosts and self.subscription.quiet(agent, vouched):
+        if shared and vouched is not None and self.subscription.quiet(agent, vouched):
             # No scope of its own as of a version under a live lease: its plan is the base
             # plan, which this process holds once per version (no host is asked per agent).
             base = await self.ticket(None)

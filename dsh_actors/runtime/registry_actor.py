@@ -204,19 +204,28 @@ class RegistryService:
     async def _nodes(self) -> list[str]:
         return await asyncio.to_thread(self._fleet.spawner.nodes)  # a GCS read: off the loop
 
-    def scope_hosts(self) -> list[Any]:
-        """Shared hosting: the hosts (clients hash an agent onto them, :func:`~.wire.host_index`);
-        dedicated hosting: ``[]``."""
+    async def _shared_hosts(self) -> list[Any]:
+        if self._config.scope_hosting == "shared" and not self._fleet.scope_hosts:
+            self._fleet.shared_hosts(await self._nodes())
         return self._fleet.scope_hosts
 
-    def scope_host_nodes(self) -> list[str | None]:
+    async def scope_hosts(self) -> list[Any]:
+        """Shared hosting: the hosts, made on first ask (clients hash an agent onto them,
+        :func:`~.wire.host_index`); dedicated hosting: ``[]``."""
+        return await self._shared_hosts()
+
+    async def scope_host_nodes(self, make: bool = False) -> list[str | None]:
         """Shared hosting: the node each host is pinned to, in host order (an episode
-        runner on that node keeps an agent's scope calls on its node); ``[]`` otherwise."""
+        runner on that node keeps an agent's scope calls on its node); ``[]`` otherwise,
+        or while none is made (``make``: make them now)."""
+        if make:
+            await self._shared_hosts()
         return self._fleet.scope_host_nodes()
 
     async def ensure_scope(self, agent: str, dead: str | None = None) -> Any:
         """The host of ``agent``'s scope. ``dead`` is the id of a host a client saw die: if
         it is the one on record, a new one starts from its agents' journals."""
+        await self._shared_hosts()
         return self._fleet.scope_host(agent, dead, await self._nodes() if dead is not None else None)
 
     async def drop_scope(self, agent: str) -> None:

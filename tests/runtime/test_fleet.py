@@ -47,7 +47,10 @@ def test_a_connect_that_disagrees_with_the_running_registry_says_what_to_pass():
 def test_pools_are_one_per_node_at_least_two_and_pinned_round_robin():
     made, spawner = fleet(nodes=["a", "b", "c"], scope_hosting="shared")
     assert [(h.kind, h.options["node"]) for _, h in spawner.spawned] == [
-        ("executor", "a"), ("executor", "b"), ("executor", "c"),
+        ("executor", "a"), ("executor", "b"), ("executor", "c")]
+    assert made.scope_host_nodes() == []  # shared hosts are made when a scope first needs one
+    hosts = made.shared_hosts(["a", "b", "c"])
+    assert made.shared_hosts(["a", "b", "c"]) is hosts and [(h.kind, h.options["node"]) for _, h in spawner.spawned[3:]] == [
         ("scope_host", "a"), ("scope_host", "b"), ("scope_host", "c")]
     assert [node for _, node in made.executor_nodes()] == ["a", "b", "c"]
     assert made.scope_host_nodes() == ["a", "b", "c"]
@@ -80,6 +83,7 @@ def test_a_shared_host_that_died_restarts_with_the_journals_of_exactly_its_agent
     agents = [f"agent-{i}" for i in range(8)]
     for i, agent in enumerate(agents):
         core.scope_changed(agent, 1, "tool", f"payload-{i}")
+    made.shared_hosts(["a", "b"])
     host = made.scope_host("agent-0")
     assert made.scope_host("agent-0", "someone-else", ["a", "b"]) is host  # not the one on record
     again = made.scope_host("agent-0", host.id, ["a", "b"])

@@ -263,7 +263,8 @@ def test_a_new_agent_that_changes_nothing_asks_no_host_and_one_another_process_r
     while not (registry._link.shares_hosts and subscription.vouched() is not None
                and subscription.quiet("fresh", subscription.vouched())) and time.monotonic() < deadline:
         ex(registry.scope("warm"), "w", text="again")
-    hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)
+    assert ray.get(registry._handle().scope_host_nodes.remote(), timeout=T) == []  # no host was made for it
+    hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)  # made now
     pids = [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in hosts]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)  # no host answers now
