@@ -18,6 +18,7 @@ import inspect
 import io
 import os
 import shutil
+import stat
 import threading
 import tarfile
 from dataclasses import dataclass
@@ -195,15 +196,28 @@ def _copy_template(template: Path, workspace: Path) -> None:
     workspace.mkdir(parents=True)
     for folder in folders:
         os.mkdir(workspace / folder)
+    masked = _umask()
     for name, data, mode in files:
         fd = os.open(workspace / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
-            os.fchmod(fd, mode)  # the template's mode exactly, whatever the umask
+            if mode & masked:
+                os.fchmod(fd, mode)  # the template's mode exactly, whatever the umask
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
+
+
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read once from /proc (setting it to read it would race with
+    the threads making files); ``0o777`` where it cannot be read: every mode is then set."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0o777
 
 
 _made: set[Path] = set()  # log folders this process made (made once, not once per episode)
@@ -221,10 +235,13 @@ def _fresh_files(episode: Episode, files: JobFiles, template: Path) -> tuple[Pat
         logs.mkdir(parents=True, exist_ok=True)
         _made.add(logs)
     log_path = logs / f"{episode.id}.log"
-    if log_path.exists() or log_path.is_symlink():
-        if not log_path.is_file() or log_path.is_symlink():
-            raise HarnessError(f"{log_path} is in the way of the episode's log (not a regular file)")
-        log_path.unlink()
+    try:
+        found = os.lstat(log_path)
+    except FileNotFoundError:
+        return workspace, log_path
+    if not stat.S_ISREG(found.st_mode):  # a folder, a link, a device: not ours to remove
+        raise HarnessError(f"{log_path} is in the way of the episode's log (not a regular file)")
+    log_path.unlink()
     return workspace, log_path
 
 

@@ -91,6 +91,7 @@ class EpisodeRunnerCore:
         self._live = live
         self._ship_logs = ship_logs
         self._models: dict[ModelConfig, ChatModel] = {}
+        self._shared_models: dict[ModelConfig, ChatModel] = {}  # by the job's config (before sharing out)
         self._template: Path | None = None
         self._unpacking: asyncio.Future[Path] | None = None
 
@@ -134,8 +135,11 @@ class EpisodeRunnerCore:
             template = await self._template_here()
             chat = None
             if work.model is not None:
-                share = max(1, work.model.concurrency // self._fleet_size)
-                chat = model_for(work.model.model_copy(update={"concurrency": share}), self._models)
+                chat = self._shared_models.get(work.model)
+                if chat is None:  # each endpoint's limit shared out evenly between the runners
+                    share = max(1, work.model.concurrency // self._fleet_size)
+                    chat = self._shared_models[work.model] = model_for(
+                        work.model.model_copy(update={"concurrency": share}), self._models)
             card = (lambda text: outbox.put_nowait({"card": text})) if self._live else None
             report, log_path = await run_episode(episode, self._registries[episode.mode], self._files, template,
                                                  model=chat, attempt=work.attempt, card=card)
