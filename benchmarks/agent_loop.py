@@ -13,13 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import (CpuByProcess, _kind, machine_cpu_s, process_cpu_s, processes_cpu_s, table,  # noqa: E402
@@ -93,7 +96,7 @@ async def client_alone(config: ModelConfig, count: int, concurrency: int) -> flo
     return wall
 
 
-def main(count: int, concurrency: int, by_process: bool = False) -> str:
+def main(count: int, concurrency: int, by_process: bool = False, rounds: int = 3) -> str:
     ensure_ray()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder, ServerProcess() as server:
         path = Path(folder) / "tasks.jsonl"
@@ -122,38 +125,52 @@ def main(count: int, concurrency: int, by_process: bool = False) -> str:
             return (c1 - c0) * per_turn, sorted(((k, v * per_turn) for k, v in spent.items() if v > 0), key=lambda kv: -kv[1])
 
         turns = count * 2
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            before, served = cpu(), server.served.value
-            window = pool.submit(steady, served + turns // 4, served + turns * 3 // 4)
-            alone = asyncio.run(client_alone(config, count, concurrency))
-            alone_cpu, (alone_steady, _) = cpu() - before, window.result()
+
+        def measured(run: Callable[[], Any]) -> tuple[Any, float, float, float, list[tuple[str, float]]]:
+            """``run()``'s value, wall s, CPU ms per model turn over the run and while running."""
             start, before, served = time.monotonic(), cpu(), server.served.value
-            window = pool.submit(steady, served + turns // 4, served + turns * 3 // 4)
-            with CpuByProcess() as processes:
-                summary = asyncio.run(run_eval([path], Path(folder) / "out", concurrency=concurrency, progress=None,
-                                               model=config))
-            wall, job_cpu = time.monotonic() - start, cpu() - before
-            job_steady, steady_by_process = window.result()
-        if by_process:  # where the job's CPU went: in all, per episode; while it ran, per model turn
-            for kind, seconds in processes.spent():
-                print(f"{seconds * 1000 / count:8.2f} ms/episode in all  {kind}")
-            for kind, ms in steady_by_process:
-                print(f"{ms:8.2f} ms/turn while running  {kind}")
-    model = summary["model"]
-    assert summary["episodes_failed"] == 0 and model["success_rate"] == 1.0, summary["per_episode"][:2]
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                window = pool.submit(steady, served + turns // 4, served + turns * 3 // 4)
+                value = run()
+                wall, spent = time.monotonic() - start, cpu() - before
+                steady_ms, by_kind = window.result()
+            return value, wall, spent * 1000 / turns, steady_ms, by_kind
+
+        alones, jobs = [], []
+        for round_ in range(rounds):  # taken in turn, so a machine that slows moves both rows alike
+            alones.append(measured(lambda: asyncio.run(client_alone(config, count, concurrency))))
+            processes = CpuByProcess() if by_process else contextlib.nullcontext()  # its reads of /proc cost CPU
+            with processes:
+                jobs.append(measured(lambda: asyncio.run(run_eval(
+                    [path], Path(folder) / f"out-{round_}", concurrency=concurrency, progress=None, model=config))))
+            if by_process:  # where the job's CPU went: in all, per episode; while it ran, per model turn
+                for kind, seconds in processes.spent():
+                    print(f"{seconds * 1000 / count:8.2f} ms/episode in all  {kind}")
+                for kind, ms in jobs[-1][4]:
+                    print(f"{ms:8.2f} ms/turn while running  {kind}")
+    for summary in (job[0] for job in jobs):
+        assert summary["episodes_failed"] == 0 and summary["model"]["success_rate"] == 1.0, summary["per_episode"][:2]
     at_once = min(concurrency, count)  # episode-seconds per second of wall
 
     def share(seconds: float, of_wall: float) -> str:
         return f"{seconds / (of_wall * at_once) * 100:.1f}%"
 
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
     own = count * 2 * LATENCY_S  # the model's own time: two 50 ms turns an episode
-    alone_ms, job_ms = alone_cpu * 1000 / turns, job_cpu * 1000 / turns
+    alone = median([a[1] for a in alones])
+    wall = median([j[1] for j in jobs])
+    model_s = median([j[0]["model"]["model_s"] for j in jobs])
+    whole = [j[2] / a[2] for a, j in zip(alones, jobs)]
+    running = [j[3] / a[3] for a, j in zip(alones, jobs)]
     rows = [["the model client alone (no harness)", f"{alone:.1f}", f"{count / alone:.1f}", share(own, alone), "—",
-             f"{alone_ms:.2f}", "1.00×", f"{alone_steady:.2f}", "1.00×"],
+             f"{median([a[2] for a in alones]):.2f}", "1.00×", f"{median([a[3] for a in alones]):.2f}", "1.00×"],
             ["dsh-actors episodes (on runners)", f"{wall:.1f}", f"{count / wall:.1f}", share(own, wall),
-             share(model["model_s"], wall), f"{job_ms:.2f}", f"{job_ms / alone_ms:.2f}×", f"{job_steady:.2f}",
-             f"{job_steady / alone_steady:.2f}×"]]
-    return table([f"{count:,} episodes, {min(concurrency, count)} at once", "wall s", "episodes/s",
+             share(model_s, wall), f"{median([j[2] for j in jobs]):.2f}",
+             f"{median(whole):.2f}× ({min(whole):.2f}–{max(whole):.2f})", f"{median([j[3] for j in jobs]):.2f}",
+             f"{median(running):.2f}× ({min(running):.2f}–{max(running):.2f})"]]
+    return table([f"{count:,} episodes, {min(concurrency, count)} at once (median of {rounds} rounds)", "wall s", "episodes/s",
                   "model's own time, share of wall", "requests as the client timed them, share of wall",
                   "CPU ms per model turn, whole run (all but the model server)", "vs the client alone",
                   "CPU ms per model turn, while running", "vs the client alone"], rows) + (
@@ -167,15 +184,17 @@ def main(count: int, concurrency: int, by_process: bool = False) -> str:
         "per model request — the episode's whole harness (runners, executors, scope hosts, session writer, "
         "driver) against the bare client making the same requests: over the whole run (the job's start, its "
         "actors made, and its end included), and *while running* (from the server's 25th to its 75th percentile "
-        "of requests: what each further episode costs). Goal: ≤ 3× the client alone.")
+        "of requests: what each further episode costs). The rows are taken in turn, round by round; each ratio is "
+        "the median of the rounds' own ratios (lowest–highest). Goal: ≤ 3× the client alone.")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--episodes", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--by-process", action="store_true", help="print where the job's CPU went, by process")
     options = parser.parse_args()
-    text = main(options.episodes, options.concurrency, options.by_process)
+    text = main(options.episodes, options.concurrency, options.by_process, options.rounds)
     write_section("agent_loop", "A model in the loop: 1,000 scripted episodes", text)
     print(text)
