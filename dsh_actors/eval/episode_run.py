@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..agent import Budgets, ChatModel, ModelConfig, run_agent, score
+from ..agent import Budgets, ChatModel, run_agent, score
 from ..core import telemetry
 from ..core.errors import HarnessError, error_message
 from ..core.types import ToolDefinition
@@ -360,13 +360,3 @@ def _card(tools: dict[str, Any], call: Any, result: Any, episode: str, agent: st
         call_view = {**call_view, "cwd": call_view["cwd"].replace("<node>", node_folder()).replace("<agent>", agent)}
     result_view = definition.present_result(args, result) if definition is not None and definition.present_result else None
     return f"[{episode}] " + render_card(call["name"], args, call_view, result_view, result)
-
-
-def model_for(config: ModelConfig | None, clients: dict[ModelConfig, ChatModel]) -> ChatModel | None:
-    """One client per endpoint configuration in this process (its concurrency limit holds
-    across the episodes that share it)."""
-    if config is None:
-        return None
-    if config not in clients:
-        clients[config] = ChatModel(config)
-    return clients[config]

@@ -40,7 +40,7 @@ from ..runtime.client import ToolRegistry
 from ..runtime.errors import ACTOR_GONE, RAY_ERROR
 from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
-from .episode_run import JobFiles, model_for, run_episode, started_report, unpack_folder
+from .episode_run import JobFiles, run_episode, started_report, unpack_folder
 from .episodes import Episode
 
 __all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
@@ -90,8 +90,7 @@ class EpisodeRunnerCore:
         self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly
         self._live = live
         self._ship_logs = ship_logs
-        self._models: dict[ModelConfig, ChatModel] = {}
-        self._shared_models: dict[ModelConfig, ChatModel] = {}  # by the job's config (before sharing out)
+        self._models: dict[ModelConfig, ChatModel] = {}  # one client per endpoint config of the job
         self._template: Path | None = None
         self._unpacking: asyncio.Future[Path] | None = None
 
@@ -135,11 +134,10 @@ class EpisodeRunnerCore:
             template = await self._template_here()
             chat = None
             if work.model is not None:
-                chat = self._shared_models.get(work.model)
-                if chat is None:  # each endpoint's limit shared out evenly between the runners
+                chat = self._models.get(work.model)
+                if chat is None:  # its concurrency limit shared out evenly between the runners
                     share = max(1, work.model.concurrency // self._fleet_size)
-                    chat = self._shared_models[work.model] = model_for(
-                        work.model.model_copy(update={"concurrency": share}), self._models)
+                    chat = self._models[work.model] = ChatModel(work.model.model_copy(update={"concurrency": share}))
             card = (lambda text: outbox.put_nowait({"card": text})) if self._live else None
             report, log_path = await run_episode(episode, self._registries[episode.mode], self._files, template,
                                                  model=chat, attempt=work.attempt, card=card)
