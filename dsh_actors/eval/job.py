@@ -135,7 +135,7 @@ class _Job:
             fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
                                 live=on_card is not None, ship_logs=logs is not None, options=runner_options,
                                 place_by_scope=any(w.episode.changes_scope for w in works))
-            await fleet.start()
+            await fleet.start(episodes=len(works))
             async with contextlib.aclosing(fleet.stream(works)) as stream:
                 async for items in stream:
                     reports = []

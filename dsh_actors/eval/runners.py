@@ -217,16 +217,22 @@ class RunnerFleet:
         """The live runners and their nodes."""
         return [(r.handle, r.node) for r in self._runners if r.alive]
 
-    async def start(self) -> None:
-        """Make the runners over the alive nodes and learn where each agent's scope lives."""
+    async def start(self, episodes: int | None = None) -> None:
+        """Make the runners over the alive nodes and learn where each agent's scope lives.
+        A job of fewer ``episodes`` than the fleet has runners gets one runner per episode,
+        spread over the nodes first (a runner is a process: about a second of CPU to start)."""
         nodes = [n for n in await asyncio.to_thread(ray.nodes) if n.get("Alive")]
         wanted = [(n["NodeID"], self._per_node or default_runners_per_node(n.get("Resources", {}).get("CPU", 0)))
                   for n in nodes]
-        total = sum(count for _, count in wanted)
+        places = [node for rank in range(max((count for _, count in wanted), default=0))
+                  for node, count in wanted if rank < count]  # round-robin over the nodes
+        if episodes is not None:
+            places = places[:max(1, episodes)]
+        total = len(places)
         self._spares = total  # replacements allowed over the job (a runner killed again and again stops here)
         self._slots = max(1, math.ceil(self._in_flight / total))
         self._core_args = (self._registries, self._files, total, self._live, self._ship_logs)
-        made = [self._make(node) for node, count in wanted for _ in range(count)]
+        made = [self._make(node) for node in places]
         ready = await asyncio.gather(*(handle.ready.remote() for handle in made), return_exceptions=True)
         self._runners = [_Runner(h, n, self._slots) for h, n in zip(made, ready) if isinstance(n, str)]
         for handle, node in zip(made, ready):

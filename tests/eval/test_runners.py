@@ -97,16 +97,21 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
 
 
 def test_a_job_smaller_than_the_fleets_slots_is_spread_over_every_runner(ray_cluster, tmp_path):
-    """8 episodes, 4 runners (2 per node), 64 in flight: before, the first runner to ask took
-    all 8; now each takes its fair share of what is unreported."""
-    reports = collect(run_episodes([episode(i, calls=1, file_work=False) for i in range(8)], in_flight=64,
+    """3 episodes, 2 runners per node on 2 nodes, 64 in flight: one runner per episode is
+    made (3, not 4: a runner costs a process), over both nodes; and each runner takes its
+    fair share of what is unreported (before, the first runner to ask took them all)."""
+    job = f"small-{time.monotonic_ns()}"
+    reports = collect(run_episodes([episode(i, calls=1, file_work=False) for i in range(3)], in_flight=64, name=job,
                                    runners_per_node=2, tools=[marking_tool(tmp_path)], out=tmp_path / "out"))
     assert all(r.status == "ok" for r in reports), [r.message for r in reports]
     per_runner = {}
     for report in reports:
         per_runner[report.runner] = per_runner.get(report.runner, 0) + 1
-    assert len(per_runner) == 4 and set(per_runner.values()) == {2}, per_runner
-    assert all(name.startswith(RUNNER_PREFIX) for name in per_runner)
+    assert len(per_runner) == 3 and set(per_runner.values()) == {1}, per_runner
+    assert all(name.startswith(f"{RUNNER_PREFIX}{job}:") for name in per_runner)
+    assert len({r.node for r in reports}) == 2  # spread over the nodes first
+    made = [a for a in ray._private.state.actors().values() if a["Name"].startswith(f"{RUNNER_PREFIX}{job}:")]
+    assert len(made) == 3, made  # counted by Ray, dead or alive
 
 
 def _runners(job):
