@@ -8,6 +8,11 @@ import asyncio
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``last`` run after every other one (stable order otherwise)."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One Ray cluster for the whole test session: a head node and a second node that alone

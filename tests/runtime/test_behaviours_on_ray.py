@@ -18,7 +18,8 @@ CASES = [(name, hosting) for name in sorted(SCENARIOS)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name, hosting", CASES, ids=[f"{n}[{h}]" for n, h in CASES])
 def test_the_ray_registry(ray_cluster, name, hosting):
-    registry = ToolRegistry.connect(f"table-{os.getpid()}-{name[:40]}-{hosting}", scope_hosting=hosting)
+    registry = ToolRegistry.connect(f"table-{os.getpid()}-{name[:40]}-{hosting}", scope_hosting=hosting,
+                                    executors=1)  # the table is about semantics, not the pool
     try:
         asyncio.run(SCENARIOS[name](registry))
     finally:

@@ -19,19 +19,53 @@ from .fixtures import Recorder, echo, process_alive
 T = 120
 
 
-def connect(prefix, dispatch="queue-actor"):
+def connect(prefix, dispatch="queue-actor", **options):
     """A fresh Code Mode registry on the CPython sandbox."""
     return ToolRegistry.connect(f"{prefix}-{time.monotonic_ns()}", mode="code", code_dispatch=dispatch,
                                 code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000,
-                                                               max_wall_ms=60_000))
+                                                               max_wall_ms=60_000), **options)
 
 
-@pytest.fixture(params=["queue-actor", "in-task"])
-def code_registry(ray_cluster, request):
-    registry = connect("code", request.param)
+@pytest.fixture(scope="module", params=["queue-actor", "in-task"])
+def module_code_registry(ray_cluster, request):
+    """One Code Mode registry per dispatch for the module (its actors cost seconds to start)."""
+    registry = connect("code", request.param, executors=1)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
     registry.shutdown()
+
+
+class _TestsOwnRegistrations:
+    """The module's registry as one test sees it: its global registrations are disposed
+    when the test ends, so the next test finds only ``echo``."""
+
+    def __init__(self, registry):
+        self._registry = registry
+        self._made = []
+
+    def register(self, definition):
+        response = self._registry.register(definition)
+        self._made.append(response)
+        return response
+
+    def __getattr__(self, name):
+        return getattr(self._registry, name)
+
+    def dispose(self):
+        for response in reversed(self._made):
+            try:
+                disposer = response.result(T)
+            except Exception:  # refused (a reserved name): nothing to undo
+                continue
+            disposer().result(T)
+
+
+@pytest.fixture
+def code_registry(module_code_registry):
+    registry = _TestsOwnRegistrations(module_code_registry)
+    yield registry
+    registry.dispose()
+    assert [d.name for d in module_code_registry.visible().result(T)] == ["echo", "run_code"]
 
 
 def run_code(target, code, call_id="rc"):
@@ -56,8 +90,9 @@ def test_a_program_calls_tools_as_sub_calls_in_their_own_tasks(code_registry, tm
 
 
 def test_the_default_backend_on_ray_is_the_cpython_sandbox_and_monty_says_what_it_lacks(ray_cluster):
-    registry = ToolRegistry.connect(f"auto-{time.monotonic_ns()}", mode="code", code_runtime=CodeRuntimeConfig())
-    monty = ToolRegistry.connect(f"monty-{time.monotonic_ns()}", mode="code",
+    registry = ToolRegistry.connect(f"auto-{time.monotonic_ns()}", mode="code", code_runtime=CodeRuntimeConfig(),
+                                    executors=1)
+    monty = ToolRegistry.connect(f"monty-{time.monotonic_ns()}", mode="code", executors=1,
                                  code_runtime=CodeRuntimeConfig(backend="monty", retry_unsupported=False))
     try:
         for r in (registry, monty):

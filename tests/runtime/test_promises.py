@@ -240,13 +240,12 @@ def test_an_ask_dies_with_its_call(ray_cluster):
         registry.shutdown()
 
 
+@pytest.mark.last
 def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
-    """An eval and a kill-and-revive of an executor, a scope host and a session writer;
-    then every log of the session is read: Ray's warning about a blocking ``ray.get`` in an
-    async actor appears in none (it is logged once per process, the first time)."""
-    from dsh_actors.eval.job import example_episodes, run_eval
-
-    asyncio.run(run_eval([example_episodes()], tmp_path / "eval", concurrency=4, progress=None))
+    """Run last: every log of the test session is read after a kill-and-revive of the
+    executors and a scope host of its own (the suite before it ran jobs, evals, Code Mode and
+    every other kill): Ray's warning about a blocking ``ray.get`` in an async actor appears
+    in none (it is logged once per process, the first time)."""
     registry = connect("revive", executors=2, scope_hosting="shared")
     try:
         registry.register(where()).result(T)

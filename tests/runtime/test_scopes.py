@@ -26,7 +26,7 @@ def registry(ray_cluster, request):
     from dsh_actors.runtime import ToolRegistry
 
     hosting = getattr(request, "param", "shared")
-    reg = ToolRegistry.connect(f"scopes-{hosting}-{next(_counter)}", scope_hosting=hosting)
+    reg = ToolRegistry.connect(f"scopes-{hosting}-{next(_counter)}", scope_hosting=hosting, executors=1)
     yield reg
     reg.shutdown()
 
