@@ -196,5 +196,5 @@ if __name__ == "__main__":
     parser.add_argument("--by-process", action="store_true", help="print where the job's CPU went, by process")
     options = parser.parse_args()
     text = main(options.episodes, options.concurrency, options.by_process, options.rounds)
-    write_section("agent_loop", "A model in the loop: 1,000 scripted episodes", text)
+    write_section("agent_loop", "A model in the loop: scripted episodes against the bare client", text)
     print(text)
