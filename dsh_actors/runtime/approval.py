@@ -1,7 +1,7 @@
 """The approval seam as an actor: an approval queue that humans or supervisors answer.
 
 ``registry.approvals(policy="ask")`` mounts the registry's approval queue (an actor owned
-by the registry actor). An ``ask`` decision then becomes a pending request that any
+by the registry actor, made on first use: the first ask, or the first client call). An ``ask`` decision then becomes a pending request that any
 driver can list and answer — ``ApprovalQueue.pending()`` / ``allow(id)`` /
 ``reject(id)``, or ``dsh-actors approvals list|allow|reject``. Outcomes follow the
 specification: ``allowed-once`` (the only grant; nothing is remembered), ``rejected``,
@@ -23,7 +23,7 @@ import ray
 
 from ..core.pipeline import ApprovalRequest
 from . import metrics
-from .errors import ACTOR_GONE, RAY_ERROR, translate
+from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
 from .mailboxes import PROCESS_INCARNATION
 from .response import NamedActorClient, Response
 from .session import SessionLog
@@ -216,24 +216,40 @@ def _node() -> str | None:
 
 
 class ActorApproval:
-    """The seam an execution plan carries: asks the queue actor, follows the call's signal."""
+    """The seam an execution plan carries: asks the queue actor, follows the call's signal.
+    Made with the ``registry`` actor instead of the queue's ``handle``, it asks the registry
+    for the queue on its first ask in each process (the queue is made then)."""
 
-    __slots__ = ("handle",)
+    __slots__ = ("handle", "registry")
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any = None, registry: Any = None) -> None:
         self.handle = handle
+        self.registry = registry
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ActorApproval, (self.handle,))
+        return (ActorApproval, (self.handle, self.registry))
+
+    async def _queue(self) -> Any:
+        if self.handle is None:
+            try:
+                self.handle = await self.registry.approval_queue.remote()
+            except ACTOR_GONE:
+                return None
+            except RAY_ERROR as exc:
+                raise translate(exc, what="the registry") from None
+        return self.handle
 
     async def request(self, request: ApprovalRequest) -> str:
         signal = request.signal
         if signal is not None and signal.aborted:
             return "cancelled"  # no one is asked
+        handle = await self._queue()
+        if handle is None:
+            return "unavailable"  # unmounted, or its registry is gone
         request_id = uuid.uuid4().hex
-        ref = self.handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
-                                         request.reason, _requester(), _node())
-        remove = signal.add_listener(lambda _: self.handle.cancel.remote(request_id)) if signal else None
+        ref = handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
+                                    request.reason, _requester(), _node())
+        remove = signal.add_listener(lambda _: handle.cancel.remote(request_id)) if signal else None
         try:
             return await ref
         except ACTOR_GONE:
@@ -257,6 +273,30 @@ class ApprovalQueue(NamedActorClient):
 
     def _what(self) -> str:
         return "the approval queue"
+
+    async def _find(self) -> Any:
+        """The queue's actor, as its registry knows it (the registry makes it on first use;
+        a name lookup could still find a queue just killed). Raises ``ValueError`` when
+        there is no such registry or it has no queue mounted."""
+        if self._actor is None:
+            try:
+                registry = await asyncio.to_thread(ray.get_actor, self._key, namespace=self.namespace)
+            except ValueError:
+                raise ValueError(f"no registry {self._key!r} in namespace {self.namespace!r}") from None
+            handle = await remote_call(registry.approval_queue, what="the registry")
+            if handle is None:
+                raise ValueError(f"registry {self._key!r} has no approval queue mounted "
+                                 "(registry.approvals() mounts it)")
+            self._actor = handle
+        return self._actor
+
+    def _handle(self) -> Any:
+        return self._actor if self._actor is not None else Response(self._find).result()
+
+    def _call(self, method: str, *args: Any) -> Response[Any]:
+        async def call() -> Any:
+            return await remote_call(getattr(await self._find(), method), *args, what=self._what())
+        return Response(call)
 
     def pending(self) -> Response[list[dict[str, Any]]]:
         """Pending asks, oldest first: ``id``, ``agent``, ``tool_name``, ``call_id``, ``reason``."""

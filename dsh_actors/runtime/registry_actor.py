@@ -60,7 +60,9 @@ class RegistryService:
                                   transport=transport, version=versions.read())  # never a version used before
         self._core.bump()
         self._fleet.start()
-        self._approvals: Any = None
+        self._approvals: Any = None  # the approval queue's actor, once made
+        self._approval_policy: str | None = None  # mounted with this default (None: not mounted)
+        self._approvals_made = asyncio.Lock()
         self._watchers: set[asyncio.Task[Any]] = set()
         self._leases = Leases(lambda: self._core.version)
 
@@ -160,32 +162,45 @@ class RegistryService:
     # the approval queue
 
     async def approvals(self, policy: str | None) -> Any:
-        """Mount the approval queue (created on first use, owned by this actor); with a
-        ``policy``, set its default. Returns the queue's handle."""
+        """Mount the approval queue; with a ``policy``, set its default. The queue's actor
+        (owned by this one) is made on first use: the first ask, or a client of the queue
+        (:meth:`approval_queue`); a job whose agents never ask pays for no actor. Returns
+        the queue's handle, ``None`` while it is not made."""
         if self._approvals is not None:
             try:
                 await asyncio.wait_for(self._approvals.policy.remote(None), 30)
-            except ACTOR_GONE:
-                self._approvals = None  # killed: mount a new queue (pending asks were denied)
-        if self._approvals is None:
-            here = NodeAffinitySchedulingStrategy(self._fleet.spawner.here(), soft=False)  # lives and dies with us
-            self._approvals, _ = await live_actor_async(
-                lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
-                    scheduling_strategy=here, name=approvals_actor_name(self._config.name),
-                    namespace=self._config.namespace, get_if_exists=True,
-                ).remote(self._config.namespace, check_policy(policy or "ask"), self._config.name),
-                lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
-            self._set_approval(ActorApproval(self._approvals))
+            except ACTOR_GONE:  # killed: mount a new queue (pending asks were denied)
+                self._approvals, self._approval_policy = None, None
+        if self._approval_policy is None:
+            self._approval_policy = check_policy(policy or "ask")
+            self._set_approval(ActorApproval(registry=ray.get_runtime_context().current_actor))
             await self._settled()
         elif policy is not None:
-            await self._approvals.set_policy.remote(check_policy(policy))
+            self._approval_policy = check_policy(policy)
+            if self._approvals is not None:
+                await self._approvals.set_policy.remote(policy)
         return self._approvals
+
+    async def approval_queue(self) -> Any:
+        """The mounted approval queue's actor, made now if nothing needed it before
+        (``None``: no queue is mounted)."""
+        async with self._approvals_made:
+            if self._approvals is None and self._approval_policy is not None:
+                here = NodeAffinitySchedulingStrategy(self._fleet.spawner.here(), soft=False)  # lives and dies with us
+                self._approvals, _ = await live_actor_async(
+                    lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
+                        scheduling_strategy=here, name=approvals_actor_name(self._config.name),
+                        namespace=self._config.namespace, get_if_exists=True,
+                    ).remote(self._config.namespace, self._approval_policy, self._config.name),
+                    lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
+            return self._approvals
 
     async def unmount_approvals(self) -> None:
         """Unmount the approval queue: ``ask`` degrades to deny again."""
-        if self._approvals is not None:
-            ray.kill(self._approvals)
-            self._approvals = None
+        if self._approval_policy is not None:
+            if self._approvals is not None:
+                ray.kill(self._approvals)
+            self._approvals, self._approval_policy = None, None
             self._set_approval(None)
             await self._settled()
 

@@ -23,6 +23,7 @@ import ray
 from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes, run_eval
 from dsh_actors.eval.runners import RUNNER_PREFIX
+from dsh_actors.runtime.wire import approvals_actor_name
 
 from ..runtime.fixtures import WhenMarked
 
@@ -110,8 +111,10 @@ def test_a_job_smaller_than_the_fleets_slots_is_spread_over_every_runner(ray_clu
     assert len(per_runner) == 3 and set(per_runner.values()) == {1}, per_runner
     assert all(name.startswith(f"{RUNNER_PREFIX}{job}:") for name in per_runner)
     assert len({r.node for r in reports}) == 2  # spread over the nodes first
-    made = [a for a in ray._private.state.actors().values() if a["Name"].startswith(f"{RUNNER_PREFIX}{job}:")]
+    actors = ray._private.state.actors().values()
+    made = [a for a in actors if a["Name"].startswith(f"{RUNNER_PREFIX}{job}:")]
     assert len(made) == 3, made  # counted by Ray, dead or alive
+    assert not [a for a in actors if a["Name"] == approvals_actor_name(f"{job}-native")]  # nobody asked: no queue
 
 
 def _runners(job):
@@ -241,8 +244,11 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
     assert answered == [True] and asked.status == "ok" and asked.ok == 1 and asked.asks == 1
     assert (Path(asked.workspace) / "w.txt").read_text() == "hi"
     (allowed,) = collect(run_episodes([writes], approvals="always"))
-    (rejected,) = collect(run_episodes([writes], approvals="never"))
+    (rejected,) = collect(run_episodes([writes], approvals="never", name="never-job"))
     assert (allowed.ok, allowed.asks) == (1, 1) and (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
+    # The queue is made on the first ask (a job whose agents never ask makes none).
+    assert [a["Name"] for a in ray._private.state.actors().values()
+            if a["ActorClassName"] == "ApprovalQueueService" and "never-job" in a["Name"]] == ["dsh-approvals:never-job-native"]
 
 
 def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(cluster_env, tmp_path):
