@@ -33,7 +33,7 @@ import time
 import uuid
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncGenerator, Callable, Iterable, Mapping, Sequence, TextIO
+from typing import Any, AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence, TextIO
 
 import ray
 from tqdm import tqdm
@@ -121,21 +121,16 @@ class _Job:
             # The template is sent once; runners on this node write their logs straight into --out.
             self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template),
                                   node_folder() if logs is not None else None, str(logs) if logs is not None else None)
-            for mode in sorted({w.episode.mode for w in works}):
-                registry = ToolRegistry.connect(f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
-                                                code_runtime=CodeRuntimeConfig() if mode != "native" else None)
-                registries[mode] = registry
-                # Outermost, first: no call of the job waits forever, whatever its tool does.
-                per_agent = {w.episode.agent_id: w.episode.limits.tool_timeout_s for w in works
-                             if w.episode.limits.tool_timeout_s is not None}
-                await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
-                for definition in self.definitions:
-                    await registry.register(coded_failures(definition))
-                await registry.approvals(policy=self.approvals)
+            modes = sorted({w.episode.mode for w in works})
+            made = await _all(*(asyncio.to_thread(
+                ToolRegistry.connect, f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
+                code_runtime=CodeRuntimeConfig() if mode != "native" else None) for mode in modes),
+                keep=lambda i, registry: registries.__setitem__(modes[i], registry))
             fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
                                 live=on_card is not None, ship_logs=logs is not None, options=runner_options,
                                 place_by_scope=any(w.episode.changes_scope for w in works))
-            await fleet.start(episodes=len(works))
+            # The runners start while the registries are set up: both are mostly processes starting.
+            await _all(fleet.start(episodes=len(works)), *(self._set_up(registry, works) for registry in made))
             async with contextlib.aclosing(fleet.stream(works)) as stream:
                 async for items in stream:
                     reports = []
@@ -159,6 +154,31 @@ class _Job:
                         await asyncio.to_thread(registry.shutdown)
                     except Exception:  # noqa: BLE001 - the others are still ended
                         pass
+
+
+    async def _set_up(self, registry: ToolRegistry, works: list[Work]) -> None:
+        """The job's policies, tools and approval policy in ``registry``."""
+        # Outermost, first: no call of the job waits forever, whatever its tool does.
+        per_agent = {w.episode.agent_id: w.episode.limits.tool_timeout_s for w in works
+                     if w.episode.limits.tool_timeout_s is not None}
+        await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
+        for definition in self.definitions:
+            await registry.register(coded_failures(definition))
+        await registry.approvals(policy=self.approvals)
+
+
+async def _all(*steps: Awaitable[Any], keep: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """Run ``steps`` at once and wait for every one (none is left running behind a failure);
+    ``keep`` is told each success, so what was made is ended even when another step failed.
+    Raises the first failure."""
+    done = await asyncio.gather(*steps, return_exceptions=True)
+    for index, outcome in enumerate(done):
+        if keep is not None and not isinstance(outcome, BaseException):
+            keep(index, outcome)
+    for outcome in done:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return done
 
 
 def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None]]) -> None:
