@@ -189,3 +189,73 @@ def process_alive(pid):
             return file.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# --- registries: a test's own, or one borrowed from its module ---------------------------
+
+_counter = iter(range(10**6))
+T = 60
+
+
+def fresh_registry(executors=1, **options):
+    from dsh_actors.runtime import ToolRegistry
+
+    return ToolRegistry.connect(f"test-{os.getpid()}-{next(_counter)}", executors=executors, **options)
+
+
+class ModuleRegistries:
+    """The registries a module's tests borrow, one per set of ``connect`` options."""
+
+    def __init__(self):
+        self._made = {}
+
+    def lend(self, test, **options):
+        """A client of the module's registry made with ``options``, for ``test`` alone: its
+        global registrations are under an owner of its own."""
+        from dsh_actors.runtime import ToolRegistry
+
+        key = tuple(sorted(options.items()))
+        if key not in self._made:
+            self._made[key] = fresh_registry(**options)
+        shared = self._made[key]
+        client = ToolRegistry(shared.name, shared.namespace, shared._handle(), shared.mode)
+        client._owner = f"test:{test}"
+        return client
+
+    def give_back(self, client):
+        """Undo what a test left in a borrowed registry: its global registrations, every
+        scope (a test's scopes are the only ones: the one before gave its own back), the
+        approval queue; then check it is as it was lent (nothing visible, no scope). One
+        that is not is ended (the next test gets a fresh one) and the test fails."""
+        handle = client._handle()
+        ray.get(handle.dispose_owner.remote(client._owner), timeout=T)
+        for agent in ray.get(handle.scopes.remote(), timeout=T):
+            client.scope(agent).close().result(T)
+        client.unmount_approvals().result(T)
+        left = [d.name for d in client.visible().result(T)], ray.get(handle.scopes.remote(), timeout=T)
+        if left != ([], []):
+            for key, shared in list(self._made.items()):
+                if shared.name == client.name:
+                    del self._made[key]
+                    shared.shutdown()
+            raise AssertionError(f"{left} outlived the test that borrowed its module's registry: "
+                                 "dispose what it made, or mark it own_registry")
+
+    def shutdown(self):
+        for shared in self._made.values():
+            shared.shutdown()
+
+
+def registry_for(request, **options):
+    """The registry of the test of ``request``, made with ``options``: borrowed from its
+    module (and given back after) when the module is marked ``shares_registry`` and the
+    test not ``own_registry``; else its own. Use with ``yield from``."""
+    if request.node.get_closest_marker("shares_registry") and not request.node.get_closest_marker("own_registry"):
+        lent = request.getfixturevalue("module_registries")
+        client = lent.lend(request.node.nodeid, **options)
+        yield client
+        lent.give_back(client)
+        return
+    reg = fresh_registry(**options)
+    yield reg
+    reg.shutdown()

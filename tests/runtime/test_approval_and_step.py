@@ -15,6 +15,8 @@ from dsh_actors.runtime.step import agent_step
 
 from .fixtures import echo
 
+pytestmark = pytest.mark.shares_registry
+
 T = 60
 
 
@@ -117,6 +119,7 @@ def test_the_cli_refuses_to_guess_a_cluster():
     assert out.returncode == 2 and "pass --address or set RAY_ADDRESS" in out.stderr
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_an_agent_step_records_one_result_per_call_then_the_buffered_context(registry, tmp_path):
     context = {"content": "remember the path", "source": {"kind": "plugin", "plugin": "hint"}}
     registry.register(echo()).result(T)

@@ -15,6 +15,8 @@ from dsh_actors.runtime import ToolRegistry
 
 from .fixtures import Recorder, echo, hanging_registry
 
+pytestmark = pytest.mark.shares_registry
+
 T = 120
 
 

@@ -17,6 +17,8 @@ from dsh_actors import HarnessError, define_tool, text_block
 
 from .fixtures import echo
 
+pytestmark = pytest.mark.shares_registry
+
 T = 120
 
 
@@ -97,6 +99,7 @@ def test_arguments_that_are_not_json_text_are_refused_as_invalid_input(registry)
         assert result.is_error and result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_an_error_nobody_collected_is_logged_not_lost(registry, caplog):
     registry.register(echo("dup")).result(T)
     with caplog.at_level(logging.WARNING, logger="dsh_actors.response"):
@@ -132,6 +135,7 @@ CANCEL_THEN_EXIT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_a_call_cancelled_just_before_exit_never_starts_a_second_ray(registry, ray_cluster):
     async def sleepy(args, ctx):
         await asyncio.sleep(30)

@@ -12,6 +12,8 @@ from dsh_actors.runtime import actor_listener
 
 from .fixtures import Policy, Recorder, echo, plain_policies, where_am_i
 
+pytestmark = pytest.mark.shares_registry
+
 T = 60
 
 
@@ -121,6 +123,7 @@ def test_a_dead_policy_actor_guard_fails_closed(registry):
     assert ex(registry).error["code"] == "POLICY_UNAVAILABLE"
 
 
+@pytest.mark.own_registry  # it kills a part of its registry
 def test_a_worker_crash_in_the_tool_body_is_one_error_result_and_observers_hear_it_once(registry):
     recorder = Recorder.remote()
     registry.register(echo("crash", execute=lambda a, c: os._exit(1))).result(T)
@@ -183,6 +186,7 @@ def test_an_already_aborted_signal_reaches_the_tool_aborted(registry):
     assert result.text == "True before the call"
 
 
+@pytest.mark.own_registry  # it kills a part of its registry
 def test_a_force_stoppable_tool_that_ignores_its_deadline_is_stopped_for_real(registry):
     recorder = Recorder.remote()
     registry.register(echo("stubborn", timeout_ms=300, extras={"force_stop": True, "force_stop_grace_ms": 100},
@@ -203,6 +207,7 @@ def test_force_stop_needs_a_budget(registry):
         registry.register(echo("nobudget", extras={"force_stop": True})).result(T)
 
 
+@pytest.mark.own_registry  # it kills a part of its registry
 def test_a_force_stoppable_tool_that_ignores_its_callers_abort_is_killed_after_the_grace(registry):
     registry.register(echo("stubborn", timeout_ms=60_000, extras={"force_stop": True, "force_stop_grace_ms": 200},
                            execute=lambda a, c: time.sleep(60) or [])).result(T)
@@ -333,6 +338,7 @@ def test_a_tool_with_ray_options_runs_on_the_node_that_has_its_resources(registr
     assert ex(scope, "2", "anywhere").error is None
 
 
+@pytest.mark.own_registry  # it kills a part of its registry
 def test_a_scope_actor_that_died_is_replaced_and_the_next_call_is_served(registry):
     registry.register(echo()).result(T)
     scope = registry.scope("doomed")

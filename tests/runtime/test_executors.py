@@ -14,6 +14,8 @@ from dsh_actors.runtime import ToolRegistry
 
 from .fixtures import Recorder, echo, hanging_registry
 
+pytestmark = pytest.mark.shares_registry
+
 T = 120
 
 
@@ -82,6 +84,7 @@ def test_a_plain_body_runs_off_the_loop_so_other_calls_on_the_same_executor_go_o
         registry.shutdown()
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 @pytest.mark.two_executors
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_an_executor_killed_mid_call_gives_one_coded_result_and_the_pool_heals(registry, kill):
@@ -158,6 +161,7 @@ def test_arguments_nested_past_the_limit_are_invalid_input_not_a_recursion_error
     assert result.error == {"name": "InvalidExecutionInputError", "code": "INVALID_INPUT"}
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_an_abort_still_reaches_the_body_after_the_signal_hub_is_killed(registry, kill):
     """The hub dies while a call waits on its signal: Ray restarts it (SIGKILL) or the
@@ -230,6 +234,7 @@ def test_a_killed_registry_gives_coded_results_and_a_reconnect_serves_old_client
         fresh.shutdown()
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_a_killed_scope_actor_comes_back_from_the_journal_with_every_restriction(registry, kill):
     """The agent must never come back with more than it had: its restriction, shadow and
@@ -258,6 +263,7 @@ def test_a_killed_scope_actor_comes_back_from_the_journal_with_every_restriction
     assert sorted(d.name for d in scope.visible().result(T)) == ["echo"]
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
 def test_a_killed_approval_queue_is_mounted_again_and_asks_wait_on_the_new_one(registry, kill):
     registry.register(echo("risky")).result(T)
@@ -297,6 +303,7 @@ def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_clust
     again.close().result(T)
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_an_executor_is_sent_a_plan_once_not_on_every_call(registry, monkeypatch):
     """The plan's ref goes to the executor that asked for it; later calls find it cached
     (a regression: the ref once went to the next executor in turn, so every call paid

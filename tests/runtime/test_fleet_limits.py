@@ -17,7 +17,7 @@ from dsh_actors.runtime.limits import LimiterActor, fleet_limit, limiter_name, p
 
 from .fixtures import WhenMarked
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.shares_registry]
 
 
 def slow_tool(folder, sleep_s=0.4):
@@ -88,6 +88,7 @@ def test_the_limit_holds_while_its_actor_is_killed_and_restarted(ray_cluster, tm
     assert any(float(p.read_text().split()[0]) > killed[0] for p in marks.iterdir())  # calls went on after it
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_a_call_waiting_for_a_slot_can_be_cancelled_and_leaves_no_slot_taken(registry, tmp_path):
     name = f"cancel-{os.getpid()}-{time.monotonic_ns()}"
     registry.register(slow_tool(tmp_path, sleep_s=1.5)).result(60)

@@ -5,7 +5,11 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from .fixtures import echo
+
+pytestmark = pytest.mark.shares_registry
 
 T = 60
 
@@ -40,6 +44,7 @@ def test_a_plugin_disposes_all_its_registrations_together(registry):
     assert names(registry) == ["kept"]
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_a_plugins_registrations_go_away_when_the_driver_that_made_it_dies(registry, ray_cluster):
     out = subprocess.run(
         [sys.executable, "-c", DRIVER, ray_cluster["cluster"].address, registry.name],

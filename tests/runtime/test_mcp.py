@@ -11,6 +11,8 @@ import pytest
 
 from dsh_actors.runtime.mcp_adapter import McpError, McpPlugin
 
+pytestmark = pytest.mark.shares_registry
+
 SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_test_server.py")
 T = 60
 

@@ -4,6 +4,7 @@ exclusive call alone, and records one result per call id in call order."""
 import asyncio
 import time
 
+import pytest
 import ray
 
 from dsh_actors import AbortController, define_tool, text_block
@@ -11,6 +12,8 @@ from dsh_actors.runtime.session import SessionLog
 from dsh_actors.runtime.step import agent_step
 
 from .fixtures import Recorder
+
+pytestmark = pytest.mark.shares_registry
 
 T = 120
 

@@ -14,7 +14,9 @@ import ray
 from dsh_actors import DefinitionError
 from dsh_actors.runtime import Disposer, Response
 
-from .fixtures import echo
+from .fixtures import echo, registry_for
+
+pytestmark = pytest.mark.shares_registry
 
 T = 60
 
@@ -23,12 +25,7 @@ _counter = iter(range(10**6))
 
 @pytest.fixture
 def registry(ray_cluster, request):
-    from dsh_actors.runtime import ToolRegistry
-
-    hosting = getattr(request, "param", "shared")
-    reg = ToolRegistry.connect(f"scopes-{hosting}-{next(_counter)}", scope_hosting=hosting, executors=1)
-    yield reg
-    reg.shutdown()
+    yield from registry_for(request, scope_hosting=getattr(request, "param", "shared"))
 
 
 both_hostings = pytest.mark.parametrize("registry", ["dedicated", "shared"], indirect=True)
@@ -146,6 +143,7 @@ class Agent:
 
 
 @both_hostings
+@pytest.mark.own_registry  # the actor's client registers under no owner of the test's
 def test_clients_pickle_and_work_inside_another_actor(registry):
     text, visible = ray.get(Agent.remote().run.remote(registry, registry.scope("remote-agent")), timeout=T)
     assert text == "hello" and visible == ["from-actor"]
@@ -218,6 +216,7 @@ def test_shared_hosting_spreads_agents_over_its_hosts_and_a_mismatched_connect_i
         registry.shutdown()
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_a_scope_that_changes_nothing_exists_nowhere_and_closes_without_asking_the_registry(registry):
     import os
     import signal
@@ -249,6 +248,7 @@ def test_a_scope_that_changes_nothing_exists_nowhere_and_closes_without_asking_t
     assert not any("quiet" in ray.get(h.agents.remote(), timeout=T) for h in hosts)
 
 
+@pytest.mark.own_registry  # it kills or ends a part of its registry, or counts its calls
 def test_a_new_agent_that_changes_nothing_asks_no_host_and_one_another_process_restricted_is_asked(registry):
     """The version subscription says which agents have a scope of their own: any other
     agent's plan is the base plan this process already holds, so a fleet's new agents cost
