@@ -10,8 +10,6 @@ from dsh_actors.runtime import CONTINUE, Continue
 from ..behaviours import echo  # noqa: F401 - the runtime tests' echo tool is the behaviour table's
 
 
-
-
 def where_am_i(name="where", **extra):
     """A tool that answers with the node and process it ran in."""
     def body(args, ctx):
