@@ -34,6 +34,8 @@ from typing import Any, Literal
 
 import pydantic
 
+from .heap import collector_paused
+
 __all__ = ["Episode", "EpisodeError", "load_episodes"]
 
 
@@ -46,7 +48,7 @@ class Call(_Model):
 
     name: str
     """The tool's name, as the agent sees it (a shadow's name included)."""
-    arguments: dict[str, Any] = {}
+    arguments: dict[str, Any] = pydantic.Field(default_factory=dict)
     """The call's arguments (a JSON object), checked against the tool's schema when it runs."""
     call_id: str | None = None
     """The call's id in the log; default ``<episode>:<turn>:<index>``."""
@@ -57,7 +59,7 @@ class Turn(_Model):
 
     user: str | None = None
     """A user message logged before the turn's calls."""
-    calls: list[Call] = []
+    calls: list[Call] = pydantic.Field(default_factory=list)
     """Native calls, run as one agent step (parallel where the tools allow)."""
     code: str | None = None
     """A Code Mode program, run as one ``run_code`` call (the episode's mode must allow it)."""
@@ -99,9 +101,9 @@ class Scope(_Model):
 
     restrict: dict[Literal["allow", "deny"], list[str]] | None = None
     """``allow`` keeps only the tools named, ``deny`` hides them (``tools.restrict()``)."""
-    guards: list[Guard] = []
+    guards: list[Guard] = pydantic.Field(default_factory=list)
     """Refusals by tool name, checked before a call runs."""
-    shadows: list[Shadow] = []
+    shadows: list[Shadow] = pydantic.Field(default_factory=list)
     """Per-agent variants of tools, answering with a canned result."""
 
 
@@ -149,11 +151,11 @@ class Episode(_Model):
     """The agent's id (a name like ``id``); default the episode's id. Unique in a job."""
     mode: Literal["native", "code", "both"] = "native"
     """Which tools the agent sees: native ones, only ``run_code`` (Code Mode), or both."""
-    policies: list[str] = []
+    policies: list[str] = pydantic.Field(default_factory=list)
     """Named policies loaded for this agent, in order (see Policies)."""
     scope: Scope = pydantic.Field(default_factory=Scope)  # a factory: a default instance is deep-copied per line
     """The agent's restrictions, guards and shadows."""
-    turns: list[Turn] = []
+    turns: list[Turn] = pydantic.Field(default_factory=list)
     """Scripted turns; or, with a model in the loop, ``task`` (and ``model``, ``scorer``)."""
     task: str | list[str] | None = None
     """The user's message(s) to a model in the loop (instead of ``turns``)."""
@@ -201,12 +203,21 @@ class Episode(_Model):
         check_policy_names(names)
         return names
 
-    _source: tuple[str, int] = pydantic.PrivateAttr(default=("", 0))
+    _source: tuple[str, int] | None = pydantic.PrivateAttr(default=None)
+    _line: bytes | None = pydantic.PrivateAttr(default=None)  # the JSON text it was read from
 
     @property
     def source(self) -> tuple[str, int]:
         """Where the episode was read: (file, line)."""
-        return self._source
+        return self._source or ("", 0)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Read from a file, an episode travels (to its runner) as the line it was read from,
+        # validated again where it lands: a fifth of the CPU of pickling the model, paid by
+        # the one driver that feeds every runner.
+        if self._line is None:
+            return super().__reduce_ex__(protocol)
+        return _episode_from_line, (self._line, self._source)
 
     @property
     def agent_id(self) -> str:
@@ -240,6 +251,13 @@ def _describe(error: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _episode_from_line(line: bytes, source: tuple[str, int] | None) -> Episode:
+    """An episode sent as the line it was read from (validated as :func:`load_episodes` did)."""
+    episode = Episode.model_validate(json.loads(line))
+    episode._source, episode._line = source, line
+    return episode
+
+
 def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeError]]:
     """Every valid episode in ``paths`` (JSON Lines; blank lines and ``#`` lines skipped),
     and an error for each line that is not one. Ids must be unique across files."""
@@ -247,45 +265,46 @@ def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeE
     errors: list[EpisodeError] = []
     ids: set[str] = set()
     agents: set[str] = set()
-    for path in paths:
-        path = Path(path)
-        try:
-            lines = path.read_bytes().split(b"\n")
-        except OSError as exc:
-            errors.append(EpisodeError(str(path), 0, f"cannot read the file: {exc.strerror or exc}"))
-            continue
-        for number, raw in enumerate(lines, start=1):
+    with collector_paused():  # every episode is kept: a collection would only walk them
+        for path in paths:
+            path = Path(path)
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                errors.append(EpisodeError(str(path), number, f"not UTF-8 (byte {exc.start + 1} of the line)"))
+                lines = path.read_bytes().split(b"\n")
+            except OSError as exc:
+                errors.append(EpisodeError(str(path), 0, f"cannot read the file: {exc.strerror or exc}"))
                 continue
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
-                continue
-            except RecursionError:
-                errors.append(EpisodeError(str(path), number, "invalid JSON: nested too deeply"))
-                continue
-            except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
-                errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc}"))
-                continue
-            try:
-                episode = Episode.model_validate(data)
-            except pydantic.ValidationError as exc:
-                errors.append(EpisodeError(str(path), number, _describe(exc)))
-                continue
-            except RecursionError:
-                errors.append(EpisodeError(str(path), number, "the episode is nested too deeply"))
-                continue
-            episode._source = (str(path), number)
-            if episode.id in ids or episode.agent_id in agents:
-                errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))
-                continue
-            ids.add(episode.id)
-            agents.add(episode.agent_id)
-            episodes.append(episode)
+            for number, raw in enumerate(lines, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    errors.append(EpisodeError(str(path), number, f"not UTF-8 (byte {exc.start + 1} of the line)"))
+                    continue
+                if not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
+                    continue
+                except RecursionError:
+                    errors.append(EpisodeError(str(path), number, "invalid JSON: nested too deeply"))
+                    continue
+                except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
+                    errors.append(EpisodeError(str(path), number, f"invalid JSON: {exc}"))
+                    continue
+                try:
+                    episode = Episode.model_validate(data)
+                except pydantic.ValidationError as exc:
+                    errors.append(EpisodeError(str(path), number, _describe(exc)))
+                    continue
+                except RecursionError:
+                    errors.append(EpisodeError(str(path), number, "the episode is nested too deeply"))
+                    continue
+                episode._source, episode._line = (str(path), number), raw
+                if episode.id in ids or episode.agent_id in agents:
+                    errors.append(EpisodeError(str(path), number, f'episode id or agent "{episode.id}" is used twice'))
+                    continue
+                ids.add(episode.id)
+                agents.add(episode.agent_id)
+                episodes.append(episode)
     return episodes, errors

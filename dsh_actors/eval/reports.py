@@ -81,11 +81,21 @@ class EpisodeReport:
     """Why it ran a second time (its first runner died), when it did."""
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "errors": dict(self.errors)}
+        # Field by field, lists copied: ``dataclasses.asdict`` deep-copies every value and
+        # cost a job's driver more than anything else it did per episode.
+        data = {name: getattr(self, name) for name in _FIELDS}
+        for name in _LISTS:
+            data[name] = list(data[name])
+        data["errors"] = dict(self.errors)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "EpisodeReport":
         return cls(**{**data, "errors": Counter(data.get("errors", {}))})
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(EpisodeReport))
+_LISTS = ("latencies_ms", "call_tools", "model_turn_ms", "tool_step_ms")
 
 
 def classify(report: EpisodeReport, result: Any, seconds: float, tool: str = "") -> None:
