@@ -235,11 +235,22 @@ class RunnerFleet:
         made = [self._make(node) for node in places]
         ready = await asyncio.gather(*(handle.ready.remote() for handle in made), return_exceptions=True)
         self._runners = [_Runner(h, n, self._slots) for h, n in zip(made, ready) if isinstance(n, str)]
-        for handle, node in zip(made, ready):
-            if not isinstance(node, str):
+        died = [(handle, node) for handle, node, answer in zip(made, places, ready) if isinstance(answer, ACTOR_GONE)]
+        for handle, answer in zip(made, ready):
+            if not isinstance(answer, str):
                 ray.kill(handle, no_restart=True)  # never started: it must not start later, unfed
-        if not self._runners:
-            raise RuntimeError(f"no episode runner started: {ready[0] if ready else 'the cluster has no alive node'}")
+        if not self._runners and len(died) < len(made):  # one could not start at all: say why
+            failure = next(a for a in ready if not isinstance(a, (str, *ACTOR_GONE)))
+            raise RuntimeError(f"no episode runner started: {failure}")
+        if not made:
+            raise RuntimeError("no episode runner started: the cluster has no alive node")
+        for handle, node in died:  # killed before it answered: replaced like one lost later
+            if self._spares > 0:
+                self._spares -= 1
+                self._replacing += 1
+                task = asyncio.ensure_future(self._replace(_Runner(handle, node, self._slots)))
+                self._drivers.add(task)
+                task.add_done_callback(self._drivers.discard)
         for registry in self._registries.values():
             hosts = await registry._link.call("scope_host_nodes", self._place_by_scope)
             if hosts:
@@ -271,6 +282,7 @@ class RunnerFleet:
             self._outstanding += 1
         for runner in self._runners:
             self._drive(runner)
+        self._if_none_left()  # every runner died before the first episode, and none is coming
         while self._outstanding or not self._out.empty():
             items = [await self._out.get()]
             while not self._out.empty():

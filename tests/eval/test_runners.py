@@ -374,3 +374,28 @@ def test_a_tool_that_never_returns_ends_its_call_at_the_jobs_deadline(ray_cluste
     assert reports["job"].errors == {"TOOL_TIMEOUT": 2}
     assert max(reports["own"].latencies_ms) < 4000 and all(2000 <= ms < 6000 for ms in reports["job"].latencies_ms)
     assert took < 60
+
+
+def test_runners_that_die_before_they_answer_are_replaced_and_the_job_runs(ray_cluster, tmp_path, monkeypatch):
+    """Every runner the job makes first dies in its first call (before it says it is up):
+    each is replaced, like one lost later, and every episode runs once."""
+    from dsh_actors.eval import runners
+
+    deaths, marks = tmp_path / "deaths", tmp_path / "marks"
+    deaths.mkdir()
+    marks.mkdir()
+
+    class DiesFirst(runners.EpisodeRunnerCore):
+        def ready(self):
+            if len(list(deaths.iterdir())) < 2:  # the first two runners to answer die instead
+                (deaths / str(os.getpid())).touch()
+                os._exit(1)
+            return super().ready()
+
+    monkeypatch.setattr(runners, "EpisodeRunner", ray.remote(DiesFirst))
+    reports = collect(run_episodes([episode(i, calls=1, file_work=False, prefix="early") for i in range(4)],
+                                   runners_per_node=1, tools=[marking_tool(marks)],
+                                   reference_tools=False, name=f"early-{time.monotonic_ns()}"))
+    assert len(list(deaths.iterdir())) == 2
+    assert sorted(r.id for r in reports) == [f"early-{i:03d}" for i in range(4)]
+    assert all(r.status == "ok" and r.attempts == 1 for r in reports), [r.message for r in reports]
