@@ -177,7 +177,12 @@ def test_calls_made_while_an_idle_executor_restarts_go_to_another_one(ray_cluste
         assert not registry.execute(call_id="warm", name="mark", arguments={"s": 0}).result(T).is_error
         victim = executor_on(registry, head)
         os.kill(pid_of(victim), signal.SIGKILL)
-        time.sleep(0.2)  # Ray notices: the executor is restarting, idle (it held no call)
+        # Until Ray notices, a call sent to the dead process could as well have died inside it
+        # (WORKER_CRASHED: it is never sent again); once Ray restarts it, a call fails at once
+        # unsent, and goes to another executor. On a loaded machine noticing takes seconds.
+        deadline = time.monotonic() + 30
+        while ray._private.state.actors(victim._actor_id.hex())["NumRestarts"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
 
         async def burst():
             return await asyncio.wait_for(asyncio.gather(*[
