@@ -256,9 +256,12 @@ def test_the_skip_post_execute_table_holds_on_ray(registry):
     ex(registry, "body-raise", "raises")
     ex(registry, "unknown", "ghost")
     registry.execute(call_id="tuple-args", name="echo", arguments={"t": (1, 2)}).result(T)
-    time.sleep(1.0)
-    through = sorted(ray.get(recorder.all.remote(), timeout=T))
     expected = [text for text, goes_through in cases.items() if goes_through] + ["body-raise", "unknown"]
+    # The listener's adds are sent from the executor, unordered with this process's reads:
+    # wait for them (the recorder may still be starting), then a moment for any extra one.
+    wait_for(lambda: len(ray.get(recorder.all.remote(), timeout=T)) >= len(expected), timeout=T)
+    time.sleep(0.5)
+    through = sorted(ray.get(recorder.all.remote(), timeout=T))
     assert through == sorted(expected)  # tuple-args, pre-raise and malformed skipped it
 
 
