@@ -123,15 +123,18 @@ class _Job:
             self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template),
                                   node_folder() if logs is not None else None, str(logs) if logs is not None else None)
             modes = sorted({w.episode.mode for w in works})
-            made = await _all(*(asyncio.to_thread(
+            made = await _all_settled(*(asyncio.to_thread(
                 ToolRegistry.connect, f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
-                code_runtime=CodeRuntimeConfig() if mode != "native" else None) for mode in modes),
-                keep=lambda i, registry: registries.__setitem__(modes[i], registry))
+                code_runtime=CodeRuntimeConfig() if mode != "native" else None) for mode in modes))
+            # Each registry made is kept (so it is ended) even when another one failed.
+            registries.update((mode, r) for mode, r in zip(modes, made) if not isinstance(r, BaseException))
+            _raise_first(made)
             fleet = RunnerFleet(registries, self.files, name=self.name, in_flight=in_flight, runners_per_node=runners_per_node,
                                 live=on_card is not None, ship_logs=logs is not None, options=runner_options,
                                 place_by_scope=any(w.episode.changes_scope for w in works))
             # The runners start while the registries are set up: both are mostly processes starting.
-            await _all(fleet.start(episodes=len(works)), *(self._set_up(registry, works) for registry in made))
+            _raise_first(await _all_settled(fleet.start(episodes=len(works)),
+                                            *(self._set_up(registry, works) for registry in made)))
             async with contextlib.aclosing(fleet.stream(works)) as stream:
                 async for items in stream:
                     reports = []
@@ -156,7 +159,6 @@ class _Job:
                     except Exception:  # noqa: BLE001 - the others are still ended
                         pass
 
-
     async def _set_up(self, registry: ToolRegistry, works: list[Work]) -> None:
         """The job's policies, tools and approval policy in ``registry``."""
         # Outermost, first: no call of the job waits forever, whatever its tool does.
@@ -168,18 +170,17 @@ class _Job:
         await registry.approvals(policy=self.approvals)
 
 
-async def _all(*steps: Awaitable[Any], keep: Callable[[int, Any], None] | None = None) -> list[Any]:
-    """Run ``steps`` at once and wait for every one (none is left running behind a failure);
-    ``keep`` is told each success, so what was made is ended even when another step failed.
-    Raises the first failure."""
-    done = await asyncio.gather(*steps, return_exceptions=True)
-    for index, outcome in enumerate(done):
-        if keep is not None and not isinstance(outcome, BaseException):
-            keep(index, outcome)
-    for outcome in done:
+async def _all_settled(*steps: Awaitable[Any]) -> list[Any]:
+    """Run ``steps`` at once and wait for every one (none is left running behind a
+    failure): each one's value or exception."""
+    return await asyncio.gather(*steps, return_exceptions=True)
+
+
+def _raise_first(outcomes: list[Any]) -> None:
+    """Raise the first exception among ``outcomes`` (of :func:`_all_settled`), if any."""
+    for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return done
 
 
 def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None]]) -> None:
@@ -365,7 +366,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     bar = tqdm(total=len(episodes), initial=len(kept), unit="episode", file=progress, disable=progress is None,
                mininterval=0.5, dynamic_ncols=True)
     on_card = (lambda card: print(card, file=live, flush=True)) if live is not None else None
-    with collector_paused():
+    with collector_paused():  # kept for the whole job, like the episodes
         works = [Work(e, configs.get(e.id)) for e in episodes if e.id not in kept]
     try:
         if works:

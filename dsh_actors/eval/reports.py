@@ -95,7 +95,7 @@ class EpisodeReport:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(EpisodeReport))
-_LISTS = ("latencies_ms", "call_tools", "model_turn_ms", "tool_step_ms")
+_LISTS = tuple(f.name for f in dataclasses.fields(EpisodeReport) if f.default_factory is list)
 
 
 def classify(report: EpisodeReport, result: Any, seconds: float, tool: str = "") -> None:

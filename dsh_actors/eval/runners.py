@@ -228,6 +228,8 @@ class RunnerFleet:
                   for node, count in wanted if rank < count]  # round-robin over the nodes
         if episodes is not None:
             places = places[:max(1, episodes)]
+        if not places:
+            raise RuntimeError("no episode runner started: the cluster has no alive node")
         total = len(places)
         self._spares = total  # replacements allowed over the job (a runner killed again and again stops here)
         self._slots = max(1, math.ceil(self._in_flight / total))
@@ -242,8 +244,6 @@ class RunnerFleet:
         if not self._runners and len(died) < len(made):  # one could not start at all: say why
             failure = next(a for a in ready if not isinstance(a, (str, *ACTOR_GONE)))
             raise RuntimeError(f"no episode runner started: {failure}")
-        if not made:
-            raise RuntimeError("no episode runner started: the cluster has no alive node")
         for handle, node in died:  # killed before it answered: replaced like one lost later
             if self._spares > 0:
                 self._spares -= 1

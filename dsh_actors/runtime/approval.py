@@ -1,8 +1,8 @@
 """The approval seam as an actor: an approval queue that humans or supervisors answer.
 
 ``registry.approvals(policy="ask")`` mounts the registry's approval queue (an actor owned
-by the registry actor, made on first use: the first ask, or the first client call). An ``ask`` decision then becomes a pending request that any
-driver can list and answer — ``ApprovalQueue.pending()`` / ``allow(id)`` /
+by the registry actor, made on first use: the first ask, or the first client call). An
+``ask`` decision then becomes a pending request that any driver can list and answer — ``ApprovalQueue.pending()`` / ``allow(id)`` /
 ``reject(id)``, or ``dsh-actors approvals list|allow|reject``. Outcomes follow the
 specification: ``allowed-once`` (the only grant; nothing is remembered), ``rejected``,
 ``cancelled`` (the call's signal aborted first; a late answer is discarded) and
@@ -27,7 +27,6 @@ from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
 from .mailboxes import PROCESS_INCARNATION
 from .response import NamedActorClient, Response
 from .session import SessionLog
-from .wire import approvals_actor_name
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
            "POLICIES", "check_policy"]
@@ -267,9 +266,6 @@ class ApprovalQueue(NamedActorClient):
     @property
     def registry(self) -> str:
         return self._key
-
-    def _actor_name(self) -> str:
-        return approvals_actor_name(self._key)
 
     def _what(self) -> str:
         return "the approval queue"
