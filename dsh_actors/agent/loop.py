@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.within import within
 from ..core import telemetry
 from ..core.errors import ToolArgsError
 from ..core.signal import AbortSignal
@@ -128,7 +129,7 @@ async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, syst
         history = derive_messages(events)
         left = None if budgets.max_wall_s is None else budgets.max_wall_s - (time.monotonic() - started)
         try:
-            turn = await asyncio.wait_for(model.complete(system, history, tools), left)
+            turn = await within(model.complete(system, history, tools), left)
         except ModelError as exc:
             outcome.stop, outcome.message = exc.stop, str(exc)
             return outcome

@@ -32,6 +32,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Iterable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..core.within import within
 from ..agent import ChatModel, ModelConfig
 from ..core import telemetry
 from ..core.errors import error_message
@@ -370,7 +371,7 @@ class RunnerFleet:
     @staticmethod
     async def _answers(runner: _Runner) -> bool:
         try:
-            await asyncio.wait_for(asyncio.wrap_future(runner.handle.ready.remote().future()), 30)
+            await within(asyncio.wrap_future(runner.handle.ready.remote().future()), 30)
             return True
         except (asyncio.TimeoutError, RAY_ERROR):
             return False
@@ -416,7 +417,7 @@ class RunnerFleet:
             node = dead.node if dead.node in alive else min(alive, key=lambda n: (counts[n], n))
             handle = self._make(node)
             try:
-                node = await asyncio.wait_for(asyncio.wrap_future(handle.ready.remote().future()), 120)
+                node = await within(asyncio.wrap_future(handle.ready.remote().future()), 120)
             except (asyncio.TimeoutError, RAY_ERROR):
                 ray.kill(handle, no_restart=True)
                 return
@@ -445,10 +446,9 @@ class RunnerFleet:
             task.cancel()
         try:
             alive = [r for r in self._runners if r.alive]
-            await asyncio.wait_for(asyncio.gather(*(r.handle.close.remote() for r in alive),
-                                                  return_exceptions=True), 10)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
+            await within(asyncio.gather(*(r.handle.close.remote() for r in alive), return_exceptions=True), 10)
+        except TimeoutError:
+            pass  # (a cancel goes on up, once every runner is killed below)
         finally:
             for handle in self._made:
                 ray.kill(handle, no_restart=True)

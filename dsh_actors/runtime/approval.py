@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from ..core.within import within
 from ..core.pipeline import ApprovalRequest
 from . import metrics
 from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
@@ -69,7 +70,7 @@ REQUESTER_CHECK_S = 2.0
 async def _still_there(handle: Any, incarnation: str) -> bool:
     """Whether the process that asked still runs (the actor answers with its incarnation)."""
     try:
-        return await asyncio.wait_for(handle.alive.remote(), 30) == incarnation
+        return await within(handle.alive.remote(), 30) == incarnation
     except ACTOR_GONE:
         return False
     except Exception:  # noqa: BLE001 - slow or unsure: the ask stays (a later check decides)

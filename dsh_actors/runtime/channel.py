@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol
 
 import msgpack
 
+from ..core.within import within
 from .errors import ChannelLost
 from .wire import Frame, Outbox
 
@@ -179,7 +180,7 @@ async def connect(address: str, secret: bytes, lost: Callable[[Channel], None]) 
     """A channel to the executor listening at ``address``, once it has welcomed us."""
     _, channel = await asyncio.get_running_loop().create_unix_connection(lambda: Channel(secret, lost), address)
     try:
-        await asyncio.wait_for(asyncio.shield(channel.welcomed), WELCOME_WAIT_S)
+        await within(asyncio.shield(channel.welcomed), WELCOME_WAIT_S)
     except BaseException:
         channel.close()
         raise

@@ -16,6 +16,7 @@ import asyncio
 import time
 from typing import Callable
 
+from ..core.within import within
 from .wire import HEARTBEAT_S, LEASE_S
 
 __all__ = ["Leases"]
@@ -58,7 +59,7 @@ class Leases:
             return self._version()
         moved = self._moved
         try:
-            await asyncio.wait_for(moved.wait(), self._heartbeat_s)
+            await within(moved.wait(), self._heartbeat_s)
         except asyncio.TimeoutError:
             pass
         return self._version()
@@ -78,6 +79,6 @@ class Leases:
                 return
             acked = self._acked
             try:
-                await asyncio.wait_for(acked.wait(), max(0.0, min(s.lease_until for s in waiting) - now))
+                await within(acked.wait(), max(0.0, min(s.lease_until for s in waiting) - now))
             except asyncio.TimeoutError:
                 pass

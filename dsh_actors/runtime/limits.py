@@ -31,6 +31,7 @@ import msgpack
 import ray
 from ray.experimental import internal_kv
 
+from ..core.within import within
 from ..core.signal import AbortError
 from ..core.types import ToolExecution
 from .errors import RAY_ERROR
@@ -249,7 +250,7 @@ async def _renew(limiter: Any, lease: str) -> None:
 
 async def _release(limiter: Any, lease: str) -> None:
     try:
-        await asyncio.wait_for(asyncio.wrap_future(limiter.release.remote(lease).future()), LEASE_S)
+        await within(asyncio.wrap_future(limiter.release.remote(lease).future()), LEASE_S)
     except (asyncio.TimeoutError, RAY_ERROR):
         pass  # the lease lapses on its own
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
+from ..core.within import within
 from ..core.errors import error_result
 from .errors import translate
 from .wire import Outcome
@@ -104,7 +105,7 @@ class Mailboxes:
             if not box.ready:
                 box.woken.clear()
                 try:
-                    await asyncio.wait_for(box.woken.wait(), wait_s)
+                    await within(box.woken.wait(), wait_s)
                 except asyncio.TimeoutError:
                     pass
                 for _ in range(_GATHER_TURNS):  # while results keep arriving, let them join this answer

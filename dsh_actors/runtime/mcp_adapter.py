@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import ray
 
+from ..core.within import within
 from ..core.errors import HarnessError, ToolArgsError, ToolTimeoutError
 from .client import Plugin, ToolRegistry
 from .errors import RAY_ERROR, translate
@@ -136,7 +137,7 @@ class McpServerService:
         if self._task is not None and not self._task.done():
             await self._requests.put(None)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 10)
+                await within(self._task, 10)
         if self._errlog is not None:
             self._errlog.close()
 
@@ -228,7 +229,7 @@ async def _end(plugin: Plugin, actor: Any) -> None:
     with contextlib.suppress(Exception):
         await plugin.dispose()
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(actor.close.remote(), 15)
+        await within(actor.close.remote(), 15)
     release(actor)
 
 

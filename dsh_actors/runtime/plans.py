@@ -18,6 +18,7 @@ from typing import Callable
 
 import ray
 
+from ..core.within import within
 from ..core.pipeline import ExecutionPlan
 from .errors import ACTOR_GONE, RAY_ERROR, remember_dead
 from .link import RegistryLink
@@ -68,7 +69,7 @@ class Subscription:
             self._start()
         if not self._answered.done():
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._answered)), timeout_s)
+                await within(asyncio.shield(asyncio.wrap_future(self._answered)), timeout_s)
             except asyncio.TimeoutError:
                 pass
 

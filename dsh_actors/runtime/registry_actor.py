@@ -20,6 +20,7 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..core.within import within
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import Chains
 from ..core.types import ToolDefinition, ToolSchema
@@ -168,7 +169,7 @@ class RegistryService:
         the queue's handle, ``None`` while it is not made."""
         if self._approvals is not None:
             try:
-                await asyncio.wait_for(self._approvals.policy.remote(None), 30)
+                await within(self._approvals.policy.remote(None), 30)
             except ACTOR_GONE:  # killed: mount a new queue (pending asks were denied)
                 self._approvals, self._approval_policy = None, None
         if self._approval_policy is None:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import ray
 
+from ..core.within import within
 from ..core.errors import HarnessError
 from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, translate
@@ -52,7 +53,7 @@ async def live_actor_async(create: Callable[[], Any], probe: Callable[[Any], Any
     for pause in _REVIVAL.pauses():
         handle = create()
         try:
-            return handle, await asyncio.wait_for(probe(handle), 120)
+            return handle, await within(probe(handle), 120)
         except ACTOR_GONE as exc:
             if pause is None:
                 raise translate(exc, actor=unavailable, what=what) from None

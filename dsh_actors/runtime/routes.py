@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from ..core.within import within
 from .errors import ChannelLost, died_for_good
 from .link import RegistryLink
 
@@ -117,7 +118,7 @@ class ExecutorRoutes:
             probe = self._probes[key] = handle.alive.options(max_task_retries=-1).remote().future()
         try:
             # shield: a waiter that gives up must not cancel the probe the others await
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(probe)), REVIVAL_WAIT_S)
+            await within(asyncio.shield(asyncio.wrap_future(probe)), REVIVAL_WAIT_S)
         except Exception:
             return
         finally:

@@ -272,3 +272,35 @@ async def test_calls_wait_until_their_receipt_has_left():
     transport.buffered = 0
     await asyncio.sleep(0.02)
     assert ran == [b"x"]
+
+
+
+def test_a_connect_cancelled_in_the_turn_its_welcome_arrives_is_cancelled_not_connected(monkeypatch):
+    # asyncio.run ends by cancelling every task once. A connect that swallowed that cancel
+    # (Python 3.11's wait_for returns a result that arrives with the cancel) went on to
+    # keep its channel open for ever, and asyncio.run never returned (seen once in CI).
+    opened = []
+    read = Channel.data_received
+
+    def welcome_then_cancel(channel, data):
+        read(channel, data)
+        opened.append(channel)
+        if channel.welcomed.done():
+            connecting.cancel()  # in the very turn of the loop that read the welcome
+
+    monkeypatch.setattr(Channel, "data_received", welcome_then_cancel)
+
+    async def scenario():
+        nonlocal connecting
+        executor = Executor()
+        address, secret = await executor.server.open()
+        connecting = asyncio.ensure_future(connect(address, secret, lambda channel: None))
+        with pytest.raises(asyncio.CancelledError):
+            await connecting
+        await asyncio.sleep(0.05)
+        assert opened and all(channel.closed for channel in opened)  # its socket is closed too
+        assert not executor.server.connections
+        await executor.server.close()
+
+    connecting = None
+    asyncio.run(scenario())
