@@ -21,10 +21,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.within import within
 from ..core import telemetry
 from ..core.errors import ToolArgsError
 from ..core.signal import AbortSignal
+from ..core.within import within
 from ..log import derive_messages
 from .model import ChatModel, ModelError, to_chat_tools
 

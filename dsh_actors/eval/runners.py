@@ -32,10 +32,10 @@ from typing import Any, AsyncGenerator, AsyncIterator, Iterable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..core.within import within
 from ..agent import ChatModel, ModelConfig
 from ..core import telemetry
 from ..core.errors import error_message
+from ..core.within import within
 from ..runtime import metrics
 from ..runtime.client import ToolRegistry
 from ..runtime.errors import ACTOR_GONE, RAY_ERROR

@@ -21,8 +21,8 @@ from typing import Any
 
 import ray
 
-from ..core.within import within
 from ..core.pipeline import ApprovalRequest
+from ..core.within import within
 from . import metrics
 from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
 from .mailboxes import PROCESS_INCARNATION

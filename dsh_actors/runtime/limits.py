@@ -31,9 +31,9 @@ import msgpack
 import ray
 from ray.experimental import internal_kv
 
-from ..core.within import within
 from ..core.signal import AbortError
 from ..core.types import ToolExecution
+from ..core.within import within
 from .errors import RAY_ERROR
 from .wire import DEFAULT_NAMESPACE
 

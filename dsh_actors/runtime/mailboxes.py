@@ -15,8 +15,8 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from ..core.within import within
 from ..core.errors import error_result
+from ..core.within import within
 from .errors import translate
 from .wire import Outcome
 

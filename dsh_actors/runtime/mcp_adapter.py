@@ -25,8 +25,8 @@ from typing import Any, Mapping
 
 import ray
 
-from ..core.within import within
 from ..core.errors import HarnessError, ToolArgsError, ToolTimeoutError
+from ..core.within import within
 from .client import Plugin, ToolRegistry
 from .errors import RAY_ERROR, translate
 from .revive import release

@@ -18,8 +18,8 @@ from typing import Callable
 
 import ray
 
-from ..core.within import within
 from ..core.pipeline import ExecutionPlan
+from ..core.within import within
 from .errors import ACTOR_GONE, RAY_ERROR, remember_dead
 from .link import RegistryLink
 from .response import background_loop

@@ -20,10 +20,10 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..core.within import within
 from ..core.pipeline import ExecutionPlan
 from ..core.registry import Chains
 from ..core.types import ToolDefinition, ToolSchema
+from ..core.within import within
 from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy
 from .codemode import ray_run_code
 from .errors import ACTOR_GONE, RAY_ERROR, RegistryUnavailableError

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import ray
 
-from ..core.within import within
 from ..core.errors import HarnessError
+from ..core.within import within
 from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, translate
 

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.timeout(30)
 def on_a_loop(scenario):
     """A test that runs ``scenario`` on a fresh event loop, and closes what it opened."""
     @functools.wraps(scenario)
-    def test():
+    def test(**fixtures):
         async def closing():
             try:
-                await scenario()
+                await scenario(**fixtures)
             finally:
                 for closer in OPEN:
                     result = closer()
@@ -274,33 +274,26 @@ async def test_calls_wait_until_their_receipt_has_left():
     assert ran == [b"x"]
 
 
-
-def test_a_connect_cancelled_in_the_turn_its_welcome_arrives_is_cancelled_not_connected(monkeypatch):
+@on_a_loop
+async def test_a_connect_cancelled_in_the_turn_its_welcome_arrives_is_cancelled_not_connected(monkeypatch):
     # asyncio.run ends by cancelling every task once. A connect that swallowed that cancel
     # (Python 3.11's wait_for returns a result that arrives with the cancel) went on to
     # keep its channel open for ever, and asyncio.run never returned (seen once in CI).
-    opened = []
+    opened = set()
     read = Channel.data_received
 
     def welcome_then_cancel(channel, data):
         read(channel, data)
-        opened.append(channel)
+        opened.add(channel)
         if channel.welcomed.done():
             connecting.cancel()  # in the very turn of the loop that read the welcome
 
     monkeypatch.setattr(Channel, "data_received", welcome_then_cancel)
-
-    async def scenario():
-        nonlocal connecting
-        executor = Executor()
-        address, secret = await executor.server.open()
-        connecting = asyncio.ensure_future(connect(address, secret, lambda channel: None))
-        with pytest.raises(asyncio.CancelledError):
-            await connecting
-        await asyncio.sleep(0.05)
-        assert opened and all(channel.closed for channel in opened)  # its socket is closed too
-        assert not executor.server.connections
-        await executor.server.close()
-
-    connecting = None
-    asyncio.run(scenario())
+    executor = Executor()
+    address, secret = await executor.server.open()
+    connecting = asyncio.ensure_future(connect(address, secret, lambda channel: None))
+    with pytest.raises(asyncio.CancelledError):
+        await connecting
+    await asyncio.sleep(0.05)
+    assert len(opened) == 1 and all(channel.closed for channel in opened)  # its socket is closed too
+    assert not executor.server.connections
