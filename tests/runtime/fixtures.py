@@ -1,6 +1,7 @@
 """Tools and policies shared by the runtime tests (pickled by value into workers)."""
 
 import os
+import time
 
 import ray
 
@@ -187,6 +188,16 @@ def process_alive(pid):
             return file.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def kill_and_wait(handle, within_s=60):
+    """``ray.kill(handle)``, returning once its process is gone: ``ray.kill`` returns while
+    the actor can still take calls, so a call made right after it may be answered."""
+    pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=within_s)
+    ray.kill(handle)
+    deadline = time.monotonic() + within_s
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 # --- registries: a test's own, or one borrowed from its module ---------------------------

@@ -10,7 +10,7 @@ import ray
 from dsh_actors import AbortController, block, deny, text_block
 from dsh_actors.runtime import actor_listener
 
-from .fixtures import Policy, Recorder, echo, plain_policies, where_am_i
+from .fixtures import Policy, Recorder, echo, kill_and_wait, plain_policies, where_am_i
 
 pytestmark = pytest.mark.shares_registry
 
@@ -104,7 +104,7 @@ def test_a_failed_policy_actor_fails_closed_before_the_body_runs(registry, failu
     method = {"dead": "gate", "hung": "hang", "raising": "explode"}[failure]
     registry.on("tools/pre-execute", actor_listener(policy, method, timeout_s=1.0)).result(T)
     if failure == "dead":
-        ray.kill(policy)
+        kill_and_wait(policy)
     result = ex(registry.scope("a1"))
     assert result.is_error
     if failure == "raising":
@@ -119,7 +119,7 @@ def test_a_dead_policy_actor_guard_fails_closed(registry):
     policy = Policy.remote()
     registry.guard(actor_listener(policy, "no_writes")).result(T)
     assert ex(registry, text="ok").text == "ok"
-    ray.kill(policy)
+    kill_and_wait(policy)
     assert ex(registry).error["code"] == "POLICY_UNAVAILABLE"
 
 
