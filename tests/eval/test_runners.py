@@ -152,6 +152,8 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
     assert len({r.reran for r in rerun}) == 1  # one runner died, and each of its episodes says which
     assert all(r.status == "ok" and r.ok == 4 for r in reports), [(r.id, r.message) for r in reports]
     assert all(r.attempts == 1 and r.reran is None for r in reports if r not in rerun)
+    if kill != "SIGKILL":
+        return  # a runner that dies either way leaves the same logs open: one later job checks them
     # The dead runner never closed its episodes' session logs: a later job with the same
     # agent ids (its logs in a folder of its own) opens them anew, on every node.
     again = collect(run_episodes([episode(i, calls=1, file_work=False) for i in range(12)], name=f"again-{kill[:3]}",
@@ -243,9 +245,9 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
     thread.join()
     assert answered == [True] and asked.status == "ok" and asked.ok == 1 and asked.asks == 1
     assert (Path(asked.workspace) / "w.txt").read_text() == "hi"
-    (allowed,) = collect(run_episodes([writes], approvals="always"))
+    # (A job under "always" is the CLI's own-tools test: its ask is allowed, its write made.)
     (rejected,) = collect(run_episodes([writes], approvals="never", name="never-job"))
-    assert (allowed.ok, allowed.asks) == (1, 1) and (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
+    assert (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
     # The queue is made on the first ask (a job whose agents never ask makes none).
     assert [a["Name"] for a in ray._private.state.actors().values()
             if a["ActorClassName"] == "ApprovalQueueService" and "never-job" in a["Name"]] == ["dsh-approvals:never-job-native"]
@@ -270,16 +272,10 @@ def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(cluste
             {"calls": [{"name": "count_lines", "arguments": {"path": "data.txt"}}]}]}])
     # The job joins the session's cluster: its workers cannot import mytools, which travels
     # by value. (The CLI starting a local Ray of its own is the examples test's.)
+    # (--no-reference-tools and the other flags reach the job as tests/test_cli.py checks.)
     env = cluster_env
     done = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "mytools:tools",
-                           "--workspace", str(workspace), "--approvals", "always", "--no-reference-tools",
-                           "--out", str(tmp_path / "out"), "--quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["per_episode"][0]["errors"] == {"UNKNOWN_TOOL": 1}  # only --tools: write_file is not there
-    done = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--tools", "mytools:tools",
-                           "--workspace", str(workspace), "--approvals", "always", "--overwrite",
+                           "--workspace", str(workspace), "--approvals", "always",
                            "--out", str(tmp_path / "out"), "--quiet"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

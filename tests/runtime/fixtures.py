@@ -20,17 +20,48 @@ def where_am_i(name="where", **extra):
 
 
 @ray.remote(num_cpus=0)
-class Recorder:
-    """Collects what observers and tool bodies report."""
+class Tapes:
+    """Every recorder's items, in one actor for the whole session (an actor is a process:
+    about a second of CPU to start, and the suite made dozens of recorders)."""
 
     def __init__(self):
-        self.items = []
+        self.tapes = {}
 
-    def add(self, item):
-        self.items.append(item)
+    def add(self, key, item):
+        self.tapes.setdefault(key, []).append(item)
 
-    def all(self):
-        return list(self.items)
+    def all(self, key):
+        return list(self.tapes.get(key, ()))
+
+
+class _TapeMethod:
+    def __init__(self, tapes, name, key):
+        self._call, self._key = getattr(tapes, name), key
+
+    def remote(self, *args):
+        return self._call.remote(self._key, *args)
+
+
+class Recorder:
+    """Collects what observers and tool bodies report, used like an actor handle:
+    ``recorder = Recorder.remote()``, ``recorder.add.remote(item)``,
+    ``ray.get(recorder.all.remote())``. Each recorder is a tape of its own on the session's
+    :class:`Tapes` actor; adds from one process arrive in order, as to an actor of its own."""
+
+    _NAME = "dsh-test-tapes"
+
+    def __init__(self, tapes, key):
+        self._tapes, self._key = tapes, key
+        self.add = _TapeMethod(tapes, "add", key)
+        self.all = _TapeMethod(tapes, "all", key)
+
+    @classmethod
+    def remote(cls):
+        tapes = Tapes.options(name=cls._NAME, namespace="dsh-tests", get_if_exists=True).remote()
+        return cls(tapes, os.urandom(8).hex())
+
+    def __reduce__(self):  # travels as its actor handle and key
+        return (Recorder, (self._tapes, self._key))
 
 
 @ray.remote(num_cpus=0)

@@ -1,0 +1,39 @@
+"""The command line's flags reach the job as they say, in one process (the jobs themselves
+run on Ray in tests/eval, and the CLI end to end there too)."""
+
+import pytest
+
+from dsh_actors import cli
+from dsh_actors.eval import job
+
+
+@pytest.fixture
+def job_options(monkeypatch, tmp_path):
+    """What `eval` hands to run_eval, which is replaced by one that runs nothing."""
+    seen = {}
+
+    async def run_nothing(paths, out_dir, **options):
+        seen.update(options, paths=paths, out_dir=out_dir)
+        (tmp_path / "summary.md").write_text("# Evaluation summary\n")
+        return {"out": str(tmp_path), "episodes_failed": 0}
+
+    monkeypatch.setattr(job, "run_eval", run_nothing)
+    return seen
+
+
+def test_eval_passes_your_tools_and_drops_the_reference_ones_only_when_asked(job_options, tmp_path, capsys):
+    argv = ["eval", "mine.jsonl", "--tools", "mytools:tools", "--approvals", "always", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--no-reference-tools", "--overwrite", "--quiet"]) == 0
+    assert job_options["paths"] == ["mine.jsonl"] and job_options["tools"] == ["mytools:tools"]
+    assert job_options["reference_tools"] is False and job_options["approvals"] == "always"
+    assert job_options["overwrite"] is True and job_options["live"] is None
+    assert "# Evaluation summary" in capsys.readouterr().out
+    assert cli.main(argv) == 0
+    assert job_options["reference_tools"] is True and job_options["overwrite"] is False
+    # What the flag means for the job: without the reference tools, only yours (and run_code).
+    bare = job._Job(tools=[], workspace=None, reference=False, approvals="never", out=None, shared_out=False,
+                    scratch=None)
+    full = job._Job(tools=[], workspace=None, reference=True, approvals="never", out=None, shared_out=False,
+                    scratch=None)
+    assert bare.tool_names == {"run_code"}
+    assert full.tool_names == {"run_code", "bash", "read_file", "write_file", "edit_file"}
