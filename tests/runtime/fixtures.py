@@ -289,10 +289,13 @@ class ModuleRegistries:
 def registry_for(request, **options):
     """The registry of the test of ``request``, made with ``options``: borrowed from its
     module (and given back after) when the module is marked ``shares_registry`` and the
-    test not ``own_registry``; else its own. Use with ``yield from``."""
-    if request.node.get_closest_marker("shares_registry") and not request.node.get_closest_marker("own_registry"):
+    test not ``own_registry``; else its own. The marker's keywords are ``connect`` options of
+    the module's borrowed registries (a test's own registry has only ``options``). Use with
+    ``yield from``."""
+    shares = request.node.get_closest_marker("shares_registry")
+    if shares and not request.node.get_closest_marker("own_registry"):
         lent = request.getfixturevalue("module_registries")
-        client = lent.lend(request.node.nodeid, **options)
+        client = lent.lend(request.node.nodeid, **{**shares.kwargs, **options})
         yield client
         lent.give_back(client)
         return

@@ -15,7 +15,9 @@ from dsh_actors.runtime import ToolRegistry
 
 from .fixtures import Recorder, echo, hanging_registry
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 120
 

@@ -17,7 +17,9 @@ from dsh_actors import HarnessError, define_tool, text_block
 
 from .fixtures import echo
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 120
 

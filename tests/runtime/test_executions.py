@@ -12,7 +12,9 @@ from dsh_actors.runtime import actor_listener
 
 from .fixtures import Policy, Recorder, echo, kill_and_wait, plain_policies, where_am_i
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 60
 

@@ -12,9 +12,11 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, echo, hanging_registry, registry_for
+from .fixtures import Recorder, echo, hanging_registry
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 120
 
@@ -24,17 +26,9 @@ def executor_pids(registry):
     return [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in handles]
 
 
-@pytest.fixture
-def one_host_registry(ray_cluster, request):
-    """A registry whose agents' scopes share one host: a test of many agents that is not
-    about hosting makes one host instead of a process per agent."""
-    yield from registry_for(request, scope_hosting="shared", scope_hosts=1)
-
-
-def test_pending_asks_beyond_the_cluster_cpus_never_stall_another_agents_call(one_host_registry):
+def test_pending_asks_beyond_the_cluster_cpus_never_stall_another_agents_call(registry):
     """More unanswered asks than the cluster has CPUs: each is a coroutine, so a plain call
     from a third agent still completes (with a task per call it never did)."""
-    registry = one_host_registry
     cpus = int(ray.cluster_resources()["CPU"])
     registry.register(echo()).result(T)
     registry.register(echo("risky")).result(T)

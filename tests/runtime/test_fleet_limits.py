@@ -17,7 +17,9 @@ from dsh_actors.runtime.limits import LimiterActor, fleet_limit, limiter_name, p
 
 from .fixtures import WhenMarked
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.shares_registry]
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)]
 
 
 def slow_tool(folder, sleep_s=0.4):

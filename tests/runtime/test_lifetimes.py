@@ -9,7 +9,9 @@ import pytest
 
 from .fixtures import echo
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 60
 

@@ -11,7 +11,9 @@ import pytest
 
 from dsh_actors.runtime.mcp_adapter import McpError, McpPlugin
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_test_server.py")
 T = 60

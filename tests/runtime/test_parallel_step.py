@@ -13,7 +13,9 @@ from dsh_actors.runtime.step import agent_step
 
 from .fixtures import Recorder
 
-pytestmark = pytest.mark.shares_registry
+# The borrowed registry hosts every agent's scope on one host: these tests are not about
+# hosting, and a host per agent is a process per test.
+pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
 
 T = 120
 
