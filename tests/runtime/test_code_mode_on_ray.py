@@ -28,8 +28,9 @@ def connect(prefix, dispatch="queue-actor", **options):
 
 @pytest.fixture(scope="module", params=["queue-actor", "in-task"])
 def module_code_registry(ray_cluster, request):
-    """One Code Mode registry per dispatch for the module (its actors cost seconds to start)."""
-    registry = connect("code", request.param, executors=1)
+    """One Code Mode registry per dispatch for the module (its actors cost seconds to start),
+    every agent's scope on one host (a host per agent is a process per test)."""
+    registry = connect("code", request.param, executors=1, scope_hosting="shared", scope_hosts=1)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
     registry.shutdown()
