@@ -9,39 +9,7 @@ from pathlib import Path
 import pytest
 
 from dsh_actors.eval.episodes import load_episodes
-from dsh_actors.eval.job import example_episodes, run_eval, show_log
-
-
-def test_the_shipped_examples_run_and_summarise_every_outcome(ray_cluster, tmp_path):
-    summary = asyncio.run(run_eval([example_episodes()], tmp_path, concurrency=4, progress=None))
-    assert summary["episodes"] == 8 and summary["episodes_failed"] == 0
-    per = {e["id"]: e for e in summary["per_episode"]}
-    assert per["careless-shell"]["denied"] == 1  # rm -rf denied by the policy
-    assert per["secret-peek"]["denied"] == 1 and per["secret-peek"]["errors"] == {"WORKSPACE": 1}
-    assert per["writes-need-approval"]["asks"] == 1 and per["writes-need-approval"]["denied"] == 1
-    assert per["model-mistakes"]["errors"] == {"INVALID_ARGS": 1, "UNKNOWN_TOOL": 1, "WORKSPACE": 1}
-    assert per["read-only-agent"]["errors"] == {"UNKNOWN_TOOL": 1} and per["read-only-agent"]["denied"] == 1
-    assert per["code-mode"]["ok"] == 1
-    assert per["stubbed-shell"]["ok"] == 2
-    assert per["code-mode"]["sub_calls"] >= 2 and summary["sub_calls"]["total"] == per["code-mode"]["sub_calls"]
-    assert summary["calls"] == sum(e["calls"] for e in summary["per_episode"]) == 17
-    assert summary["denials"] == 4 and summary["tool_errors"] == 5
-    shown, damage = show_log(tmp_path / "logs" / "stubbed-shell.log")
-    assert "all 12 tests passed" in shown and damage is None
-    assert summary["latency_ms"]["p50"] > 0 and (Path(per["code-mode"]["workspace"]) / "src" / "app.py").exists()
-    assert json.loads((tmp_path / "summary.json").read_text()) == summary
-    assert "| error code | count |" in (tmp_path / "summary.md").read_text()
-    page = (tmp_path / "summary.html").read_text()
-    assert all(f"id='ep-{e}'" in page for e in per)  # every episode's cards, from its log
-    assert "✓ edit_file: notes.txt" in page and "<td>UNKNOWN_TOOL</td>" in page
-    assert "<td>edit_file</td>" in page  # latency by tool, from the reports
-    shown, _ = show_log(tmp_path / "logs" / "read-and-fix.log")
-    assert "✓ edit_file: notes.txt" in shown and "+ - ship the evaluation harness" in shown
-    assert "» user: Fix the typo in notes.txt" in shown
-    shown, _ = show_log(tmp_path / "logs" / "writes-need-approval.log")
-    assert "? approval asked for write_file" in shown and "? approval rejected" in shown
-    shown, _ = show_log(tmp_path / "logs" / "code-mode.log")
-    assert "↳ ✓ bash" in shown
+from dsh_actors.eval.job import run_eval, show_log
 
 
 def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray_cluster, tmp_path):
@@ -68,12 +36,42 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
     assert [e["id"] for e in summary["per_episode"]] == ["fine"]  # nothing of the bad ones ran
 
 
-def test_the_cli_runs_the_examples_end_to_end(tmp_path):
+def test_the_cli_runs_the_shipped_examples_end_to_end_and_summarises_every_outcome(tmp_path):
+    """The README's first command, on a Ray of its own: every example's outcome is in the
+    summary, its logs and its pages; then the folder is refused again, and exported."""
     out = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# Evaluation summary" in out.stdout and "8 episodes (8 ok, 0 failed)" in out.stdout
     assert "8/8" in out.stderr and "episode/s" in out.stderr  # the progress bar: count and rate
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 8 and summary["episodes_failed"] == 0
+    per = {e["id"]: e for e in summary["per_episode"]}
+    assert per["careless-shell"]["denied"] == 1  # rm -rf denied by the policy
+    assert per["secret-peek"]["denied"] == 1 and per["secret-peek"]["errors"] == {"WORKSPACE": 1}
+    assert per["writes-need-approval"]["asks"] == 1 and per["writes-need-approval"]["denied"] == 1
+    assert per["model-mistakes"]["errors"] == {"INVALID_ARGS": 1, "UNKNOWN_TOOL": 1, "WORKSPACE": 1}
+    assert per["read-only-agent"]["errors"] == {"UNKNOWN_TOOL": 1} and per["read-only-agent"]["denied"] == 1
+    assert per["code-mode"]["ok"] == 1
+    assert per["stubbed-shell"]["ok"] == 2
+    assert per["code-mode"]["sub_calls"] >= 2 and summary["sub_calls"]["total"] == per["code-mode"]["sub_calls"]
+    assert summary["calls"] == sum(e["calls"] for e in summary["per_episode"]) == 17
+    assert summary["denials"] == 4 and summary["tool_errors"] == 5
+    shown, damage = show_log(tmp_path / "logs" / "stubbed-shell.log")
+    assert "all 12 tests passed" in shown and damage is None
+    assert summary["latency_ms"]["p50"] > 0 and (Path(per["code-mode"]["workspace"]) / "src" / "app.py").exists()
+    assert "| error code | count |" in (tmp_path / "summary.md").read_text()
+    page = (tmp_path / "summary.html").read_text()
+    assert all(f"id='ep-{e}'" in page for e in per)  # every episode's cards, from its log
+    assert "✓ edit_file: notes.txt" in page and "<td>UNKNOWN_TOOL</td>" in page
+    assert "<td>edit_file</td>" in page  # latency by tool, from the reports
+    shown, _ = show_log(tmp_path / "logs" / "read-and-fix.log")
+    assert "✓ edit_file: notes.txt" in shown and "+ - ship the evaluation harness" in shown
+    assert "» user: Fix the typo in notes.txt" in shown
+    shown, _ = show_log(tmp_path / "logs" / "writes-need-approval.log")
+    assert "? approval asked for write_file" in shown and "? approval rejected" in shown
+    shown, _ = show_log(tmp_path / "logs" / "code-mode.log")
+    assert "↳ ✓ bash" in shown
     again = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "already holds a finished run" in again.stderr and "Traceback" not in again.stderr
