@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from dsh_actors import define_tool, text_block
-from dsh_actors.eval.job import run_episodes, run_eval
+from dsh_actors.eval.job import run_episodes
 from dsh_actors.eval.runners import RUNNER_PREFIX
 from dsh_actors.runtime.wire import approvals_actor_name
 
@@ -194,9 +194,9 @@ def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):
     assert all(not r.node or not extra.node_id.startswith(r.node) for r in reports if r.attempts == 2)
 
 
-def test_shared_output_holds_every_workspace_and_log_and_show_finds_the_workspace(ray_cluster, tmp_path):
-    from dsh_actors.eval.job import show_log
-
+def test_shared_output_holds_every_workspace_and_log(ray_cluster, tmp_path):
+    """With shared_out the runners write workspaces and logs into the output folder. (Without
+    it, a workspace stays on its runner's node: the spread test reads them there.)"""
     out = tmp_path / "shared"
     reports = collect(run_episodes([{"id": "w", "turns": [{"calls": [
         {"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}}]}, {"calls": [
@@ -205,13 +205,6 @@ def test_shared_output_holds_every_workspace_and_log_and_show_finds_the_workspac
     (report,) = reports
     assert report.status == "ok" and Path(report.workspace) == out / "workspaces" / "w"
     assert (out / "workspaces" / "w" / "a.txt").read_text() == "two\n" and (out / "logs" / "w.log").is_file()
-    summary = asyncio.run(run_eval([_write(tmp_path / "e.jsonl", [{"id": "r", "turns": [{"calls": [
-        {"name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}]}]}])], tmp_path / "run",
-        progress=None))
-    workspace = summary["per_episode"][0]["workspace"]
-    assert str(tmp_path / "run") not in workspace and Path(workspace, "b.txt").is_file()  # kept on its node
-    shown, _ = show_log(tmp_path / "run" / "logs" / "r.log")
-    assert "✓ write_file: b.txt" in shown
 
 
 def _write(path, episodes):
