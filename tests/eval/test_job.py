@@ -31,6 +31,7 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
     assert "unknown policies ['nonexistent']" in errors[-1].message  # up front, as file:line
     summary = asyncio.run(run_eval([episodes, tmp_path / "missing.jsonl"], tmp_path / "out", progress=None))
     assert summary["episodes_ok"] == 1 and summary["episodes_failed"] == 7
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary  # what it returns is the file
     assert any("missing.jsonl:0: cannot read the file" in line for line in summary["invalid"])
     assert any(line.startswith(f"{episodes}:7: scope names unknown tools ['bsh']") for line in summary["invalid"])
     assert [e["id"] for e in summary["per_episode"]] == ["fine"]  # nothing of the bad ones ran

@@ -103,6 +103,7 @@ def test_a_failed_policy_actor_fails_closed_before_the_body_runs(registry, failu
     recorder = Recorder.remote()
     registry.register(echo(execute=_body_marker(recorder))).result(T)
     policy = Policy.remote()
+    ray.get(policy.count.remote(), timeout=T)  # up: the 1 s answer deadline must not count its start
     method = {"dead": "gate", "hung": "hang", "raising": "explode"}[failure]
     registry.on("tools/pre-execute", actor_listener(policy, method, timeout_s=1.0)).result(T)
     if failure == "dead":
