@@ -31,9 +31,7 @@ def test_eval_passes_your_tools_and_drops_the_reference_ones_only_when_asked(job
     assert cli.main(argv) == 0
     assert job_options["reference_tools"] is True and job_options["overwrite"] is False
     # What the flag means for the job: without the reference tools, only yours (and run_code).
-    bare = job._Job(tools=[], workspace=None, reference=False, approvals="never", out=None, shared_out=False,
-                    scratch=None)
-    full = job._Job(tools=[], workspace=None, reference=True, approvals="never", out=None, shared_out=False,
-                    scratch=None)
-    assert bare.tool_names == {"run_code"}
-    assert full.tool_names == {"run_code", "bash", "read_file", "write_file", "edit_file"}
+    names = {reference: job._Job(tools=[], workspace=None, reference=reference, approvals="never", out=None,
+                                 shared_out=False, scratch=None).tool_names for reference in (False, True)}
+    assert names[False] == {"run_code"}
+    assert names[True] == {"run_code", "bash", "read_file", "write_file", "edit_file"}

@@ -3,6 +3,7 @@
 import os
 import time
 
+import pytest
 import ray
 
 from dsh_actors import accept, block, define_tool, deny, text_block
@@ -221,10 +222,15 @@ def process_alive(pid):
         return False
 
 
+def pid_of(handle, timeout_s=60):
+    """The id of actor ``handle``'s process (asked of the actor itself)."""
+    return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=timeout_s)
+
+
 def kill_and_wait(handle, within_s=60):
     """``ray.kill(handle)``, returning once its process is gone: ``ray.kill`` returns while
     the actor can still take calls, so a call made right after it may be answered."""
-    pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=within_s)
+    pid = pid_of(handle, within_s)
     ray.kill(handle)
     deadline = time.monotonic() + within_s
     while process_alive(pid) and time.monotonic() < deadline:
@@ -232,6 +238,13 @@ def kill_and_wait(handle, within_s=60):
 
 
 # --- registries: a test's own, or one borrowed from its module ---------------------------
+
+ONE_SCOPE_HOST = {"scope_hosting": "shared", "scope_hosts": 1}
+"""``connect`` options for the registries of tests that are not about hosting: every agent's
+scope on one host (a host per agent is a process, about a second of CPU, per test)."""
+
+shares_one_host_registry = pytest.mark.shares_registry(**ONE_SCOPE_HOST)
+"""The mark of a module whose tests borrow one registry with :data:`ONE_SCOPE_HOST`."""
 
 _counter = iter(range(10**6))
 T = 60

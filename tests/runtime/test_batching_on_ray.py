@@ -13,11 +13,9 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, echo, hanging_registry
+from .fixtures import Recorder, echo, hanging_registry, shares_one_host_registry
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+pytestmark = shares_one_host_registry
 
 T = 120
 

@@ -14,7 +14,7 @@ from dsh_actors.codemode.runtime import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 from dsh_actors.runtime.session import SessionLog
 
-from .fixtures import Recorder, echo, process_alive
+from .fixtures import ONE_SCOPE_HOST, Recorder, echo, pid_of, process_alive
 
 T = 120
 
@@ -29,8 +29,8 @@ def connect(prefix, dispatch="queue-actor", **options):
 @pytest.fixture(scope="module", params=["queue-actor", "in-task"])
 def module_code_registry(ray_cluster, request):
     """One Code Mode registry per dispatch for the module (its actors cost seconds to start),
-    every agent's scope on one host (a host per agent is a process per test)."""
-    registry = connect("code", request.param, executors=1, scope_hosting="shared", scope_hosts=1)
+    every agent's scope on one host."""
+    registry = connect("code", request.param, executors=1, **ONE_SCOPE_HOST)
     registry.register(echo(execute=lambda a, c: [text_block(f"echo:{a.get('text', '')} pid:{os.getpid()}")])).result(T)
     yield registry
     registry.shutdown()
@@ -232,7 +232,7 @@ def test_runs_made_right_after_idle_queues_die_go_to_live_queues_and_each_runs_o
         for i in range(4):  # every executor has streamed a run to its node's queue
             assert run_code(registry, f'return await tools.echo(text="warm {i}")').text == f"warm {i}"
         queues = [q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)]
-        pids = [ray.get(queue.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for queue in queues]
+        pids = [pid_of(queue, T) for queue in queues]
         for queue, pid in zip(queues, pids):  # idle: no run is in any of them
             if kill == "ray.kill":
                 ray.kill(queue)
@@ -296,9 +296,8 @@ def test_a_queue_actor_hosts_its_run_the_sandbox_and_the_sub_calls_streamed_from
     registry = connect("code-queue")
     try:
         registry.register(echo(execute=lambda a, c: [text_block(str(os.getpid()))])).result(T)
-        pid_of = lambda handle: ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T)  # noqa: E731
-        executors = {pid_of(e) for e in ray.get(registry._handle().executors.remote(), timeout=T)}
-        queues = {pid_of(q): q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)}
+        executors = {pid_of(e, T) for e in ray.get(registry._handle().executors.remote(), timeout=T)}
+        queues = {pid_of(q, T): q for q, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)}
         ran = [run_code(registry.scope(f"q{i}"), "return [await tools.echo() for _ in range(4)]") for i in range(3)]
         hosts = {int(p) for result in ran for p in eval(result.text)}
         assert len(hosts) == 1 and hosts <= set(queues) and not hosts & executors  # every sub-call in one queue

@@ -10,11 +10,9 @@ import ray
 from dsh_actors import AbortController, block, deny, text_block
 from dsh_actors.runtime import actor_listener
 
-from .fixtures import Policy, Recorder, echo, kill_and_wait, plain_policies, where_am_i
+from .fixtures import Policy, Recorder, echo, kill_and_wait, plain_policies, shares_one_host_registry, where_am_i
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+pytestmark = shares_one_host_registry
 
 T = 60
 

@@ -12,18 +12,16 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, echo, hanging_registry
+from .fixtures import Recorder, echo, hanging_registry, pid_of, shares_one_host_registry
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+pytestmark = shares_one_host_registry
 
 T = 120
 
 
 def executor_pids(registry):
     handles = ray.get(registry._handle().executors.remote(), timeout=T)
-    return [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in handles]
+    return [pid_of(h, T) for h in handles]
 
 
 def test_pending_asks_beyond_the_cluster_cpus_never_stall_another_agents_call(registry):
@@ -215,7 +213,7 @@ def test_a_killed_registry_gives_coded_results_and_a_reconnect_serves_old_client
     if kill == "ray.kill":
         ray.kill(handle)
     else:
-        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+        os.kill(pid_of(handle, T), signal.SIGKILL)
     codes = set()
     deadline = time.monotonic() + 60
     while "REGISTRY_UNAVAILABLE" not in codes and time.monotonic() < deadline:
@@ -252,7 +250,7 @@ def test_a_killed_scope_actor_comes_back_from_the_journal_with_every_restriction
     if kill == "ray.kill":
         ray.kill(handle)
     else:
-        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+        os.kill(pid_of(handle, T), signal.SIGKILL)
     time.sleep(0.5)
     results = [scope.execute(call_id=f"a{i}", name="rm", arguments={}).result(T) for i in range(2)]
     assert all(r.is_error for r in results)  # never ran: no call after the kill sees rm
@@ -275,7 +273,7 @@ def test_a_killed_approval_queue_is_mounted_again_and_asks_wait_on_the_new_one(r
     if kill == "ray.kill":
         ray.kill(handle)
     else:
-        os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+        os.kill(pid_of(handle, T), signal.SIGKILL)
     time.sleep(0.5)
     fresh = registry.approvals().result(T)  # no error: a new queue is mounted
 
@@ -296,7 +294,7 @@ def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_clust
     path = str(tmp_path / "s.log")
     log = SessionLog.open("revive-me", path)
     log.append({"type": "user/message", "content": "kept"}).result(T)
-    os.kill(ray.get(log._handle().__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+    os.kill(pid_of(log._handle(), T), signal.SIGKILL)
     time.sleep(0.5)
     again = SessionLog.open("revive-me", path)  # not the dead actor: a new one over the same file
     assert [e.get("content") for e in again.events().result(T)] == ["kept"]

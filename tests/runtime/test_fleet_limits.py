@@ -15,11 +15,9 @@ from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes
 from dsh_actors.runtime.limits import LimiterActor, fleet_limit, limiter_name, parse_fleet_limit
 
-from .fixtures import WhenMarked
+from .fixtures import WhenMarked, shares_one_host_registry
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = [pytest.mark.timeout(300), pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)]
+pytestmark = [pytest.mark.timeout(300), shares_one_host_registry]
 
 
 def slow_tool(folder, sleep_s=0.4):

@@ -7,11 +7,9 @@ import time
 
 import pytest
 
-from .fixtures import echo
+from .fixtures import echo, shares_one_host_registry
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+pytestmark = shares_one_host_registry
 
 T = 60
 

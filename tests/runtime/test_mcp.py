@@ -11,9 +11,9 @@ import pytest
 
 from dsh_actors.runtime.mcp_adapter import McpError, McpPlugin
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+from .fixtures import shares_one_host_registry
+
+pytestmark = shares_one_host_registry
 
 SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_test_server.py")
 T = 60

@@ -4,18 +4,15 @@ exclusive call alone, and records one result per call id in call order."""
 import asyncio
 import time
 
-import pytest
 import ray
 
 from dsh_actors import AbortController, define_tool, text_block
 from dsh_actors.runtime.session import SessionLog
 from dsh_actors.runtime.step import agent_step
 
-from .fixtures import Recorder
+from .fixtures import Recorder, shares_one_host_registry
 
-# The borrowed registry hosts every agent's scope on one host: these tests are not about
-# hosting, and a host per agent is a process per test.
-pytestmark = pytest.mark.shares_registry(scope_hosting="shared", scope_hosts=1)
+pytestmark = shares_one_host_registry
 
 T = 120
 

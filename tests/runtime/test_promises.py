@@ -23,7 +23,7 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, process_alive
+from .fixtures import Recorder, pid_of, process_alive
 
 T = 120
 
@@ -50,10 +50,6 @@ def connect(name, **options):
 def executor_on(registry, node):
     pairs = ray.get(registry._handle().executor_nodes.remote(), timeout=T)
     return next(handle for handle, at in pairs if at == node)
-
-
-def pid_of(handle):
-    return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
 
 
 @ray.remote(num_cpus=0)
@@ -85,7 +81,7 @@ def test_calls_run_on_the_callers_node_and_elsewhere_only_while_none_is_alive_th
         assert from_special == [(False, special)] * 30
         # The special node's executor killed (Ray restarts it): calls made meanwhile never
         # reach it, so they go to the head's executor — none fails ...
-        os.kill(pid_of(executor_on(registry, special)), signal.SIGKILL)
+        os.kill(pid_of(executor_on(registry, special), T), signal.SIGKILL)
         time.sleep(0.2)
         restarting = ray.get(remote.calls.remote(registry, 30, prefix="r"), timeout=T)
         assert all(not failed for failed, _ in restarting), restarting
@@ -120,7 +116,7 @@ def test_an_executor_dying_while_calls_stream_costs_each_call_exactly_one_result
         registry.register(marked(tmp_path)).result(T)
         registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
         victim = executor_on(registry, head)  # where the driver's calls go
-        victim_pid = pid_of(victim)
+        victim_pid = pid_of(victim, T)
         total = 400
 
         last_sent_while_alive = total - 1
@@ -176,7 +172,7 @@ def test_calls_made_while_an_idle_executor_restarts_go_to_another_one(ray_cluste
         registry.register(marked(tmp_path)).result(T)
         assert not registry.execute(call_id="warm", name="mark", arguments={"s": 0}).result(T).is_error
         victim = executor_on(registry, head)
-        os.kill(pid_of(victim), signal.SIGKILL)
+        os.kill(pid_of(victim, T), signal.SIGKILL)
         # Until Ray notices, a call sent to the dead process could as well have died inside it
         # (WORKER_CRASHED: it is never sent again); once Ray restarts it, a call fails at once
         # unsent, and goes to another executor. On a loaded machine noticing takes seconds.
@@ -257,7 +253,7 @@ def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
         scope = registry.scope("revived")
         scope.restrict(allow=["where"]).result(T)
         for handle in ray.get(registry._handle().executors.remote(), timeout=T):
-            os.kill(pid_of(handle), signal.SIGKILL)
+            os.kill(pid_of(handle, T), signal.SIGKILL)
         for host in ray.get(registry._handle().scope_hosts.remote(), timeout=T):
             ray.kill(host, no_restart=False)
         deadline = time.monotonic() + 60
@@ -295,7 +291,7 @@ def test_calls_from_the_executors_node_stream_on_its_channel_and_survive_its_res
         first = await calls("a", 300)
         victim = executor_on(registry, head)
         streamed = served(victim)
-        os.kill(pid_of(victim), signal.SIGKILL)
+        os.kill(pid_of(victim, T), signal.SIGKILL)
         deadline = time.monotonic() + 60
         later: list = []
         while time.monotonic() < deadline:  # the lane reconnects once Ray has restarted it

@@ -14,7 +14,7 @@ import ray
 from dsh_actors import DefinitionError
 from dsh_actors.runtime import Disposer, Response
 
-from .fixtures import echo, registry_for
+from .fixtures import echo, pid_of, registry_for
 
 pytestmark = pytest.mark.shares_registry
 
@@ -180,7 +180,7 @@ def test_a_killed_shared_host_brings_every_agent_on_it_back_from_the_journals(ra
         if kill == "ray.kill":
             ray.kill(handle)
         else:
-            os.kill(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=T), signal.SIGKILL)
+            os.kill(pid_of(handle, T), signal.SIGKILL)
         time.sleep(0.5)
         first = ex(careful, "a1", "rm")  # may fail while the host is found dead; never runs rm
         assert first.is_error
@@ -231,7 +231,7 @@ def test_a_scope_that_changes_nothing_exists_nowhere_and_closes_without_asking_t
     deadline = time.monotonic() + T
     while not (plans.cached("quiet") and plans.current(plans.cached("quiet"))) and time.monotonic() < deadline:
         ex(quiet, "q2", text="again")  # until this process's version lease vouches for its plan
-    pid = ray.get(registry._handle().__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    pid = pid_of(registry._handle(), T)
     os.kill(pid, signal.SIGSTOP)  # the registry answers nothing now
     try:
         # what a prompt reads is read from the plan this process holds: no actor is asked
@@ -265,7 +265,7 @@ def test_a_new_agent_that_changes_nothing_asks_no_host_and_one_another_process_r
         ex(registry.scope("warm"), "w", text="again")
     assert ray.get(registry._handle().scope_host_nodes.remote(), timeout=T) == []  # no host was made for it
     hosts = ray.get(registry._handle().scope_hosts.remote(), timeout=T)  # made now
-    pids = [ray.get(h.__ray_call__.remote(lambda self: os.getpid()), timeout=T) for h in hosts]
+    pids = [pid_of(h, T) for h in hosts]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)  # no host answers now
     try:

@@ -10,6 +10,8 @@ import ray
 from dsh_actors.log import FrameFile, InvalidEventError
 from dsh_actors.runtime.session import SessionLog
 
+from .fixtures import pid_of, process_alive
+
 T = 60
 
 
@@ -128,12 +130,12 @@ def test_sigkilling_the_shared_writer_mid_batch_loses_no_acknowledged_event_of_a
     logs = [SessionLog.open(f"agent-{k}-{tag}", str(p)) for k, p in enumerate(paths)]
     writer = logs[0]._handle()
     assert all(log._handle()._actor_id == writer._actor_id for log in logs)  # one writer for the node
-    pid = ray.get(writer.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    pid = pid_of(writer, T)
     outcomes = _stream_then_kill(logs, lambda: os.kill(pid, signal.SIGKILL), acknowledged_before_kill=200,
                                  after=30)
     assert any(not isinstance(v, int) for v in outcomes.values())
     assert logs[3].append({"type": "turn/start"}).result(T) >= 1  # the restarted writer serves it
-    new_pid = ray.get(writer.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    new_pid = pid_of(writer, T)
     assert new_pid != pid
     for log in logs:
         log.close().result(T)
@@ -264,8 +266,6 @@ def test_a_session_is_found_by_id_from_another_node_and_still_after_its_writer_w
 
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .fixtures import process_alive
-
     session_id = f"found-{time.monotonic_ns()}"
     path = tmp_path / "found.log"
     log = SessionLog.open(session_id, str(path))
@@ -282,7 +282,7 @@ def test_a_session_is_found_by_id_from_another_node_and_still_after_its_writer_w
     node, index = ray.get(record_from_another_node.remote(session_id, "one"), timeout=T)
     assert node == ray_cluster["special_node"].node_id and index == 1
     writer = log._handle()
-    pid = ray.get(writer.__ray_call__.remote(lambda self: os.getpid()), timeout=T)
+    pid = pid_of(writer, T)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + T
     while process_alive(pid) and time.monotonic() < deadline:
