@@ -9,9 +9,12 @@ import pytest
 
 
 def pytest_configure(config):
-    """Compile the package's bytecode once. Every Ray actor and subprocess of the suite
-    imports it; with an editable install and ``PYTHONDONTWRITEBYTECODE`` set (as on these
-    machines) each would compile it from source again, about 0.3 CPU-s per process."""
+    """Compile the package's bytecode once (in the run's first process; xdist's workers
+    find it made). Every Ray actor and subprocess of the suite imports the package; with an
+    editable install and ``PYTHONDONTWRITEBYTECODE`` set (as on these machines) each would
+    compile it from source again, about 0.3 CPU-s per process."""
+    if hasattr(config, "workerinput"):
+        return
     import compileall
 
     import dsh_actors
@@ -19,9 +22,22 @@ def pytest_configure(config):
     compileall.compile_dir(os.path.dirname(dsh_actors.__file__), quiet=1)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """How many workers ``-n auto`` (the configured default) starts: two on a machine of
+    two cores, up to four on bigger ones. A Ray test spends much of its time waiting for
+    processes to start and deadlines to pass, so a second worker fills the idle core; each
+    worker has a Ray cluster of its own (about 21 CPU-s to start), so more stop paying."""
+    return min(4, max(2, (os.cpu_count() or 2) // 2))
+
+
 def pytest_collection_modifyitems(items):
-    """Tests marked ``last`` run after every other one (stable order otherwise)."""
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+    """Modules that use Ray first, the rest after (stable order otherwise): workers take
+    whole modules in this order, and the short ones left at the end keep them even."""
+    def module(item):
+        return item.nodeid.split("::")[0]
+
+    uses_ray = {module(item) for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: module(item) not in uses_ray)
 
 
 @pytest.fixture(scope="session")
@@ -46,8 +62,22 @@ def ray_cluster():
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     cluster.wait_for_nodes()
     yield {"cluster": cluster, "special_node": special}
+    blocked = _logs_saying("Using blocking ray.get inside async actor")
     ray.shutdown()
     cluster.shutdown()
+    # Read once every test of the session has run on the cluster (its jobs, kills, revivals):
+    # Ray logs this once per process, the first time an async actor blocks its loop.
+    assert blocked == [], f"an async actor blocked its event loop on ray.get: {blocked}"
+
+
+def _logs_saying(text):
+    """The names of the session's Ray logs that hold ``text``."""
+    from pathlib import Path
+
+    import ray
+
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    return sorted(p.name for p in logs.glob("*") if p.is_file() and text in p.read_text(errors="replace"))
 
 
 @pytest.fixture

@@ -182,8 +182,18 @@ def hanging_registry(registry):
 
     registry.register(define_tool(name="hangs", description="waits", parameters={}, execute=hangs)).result(120)
     registry.register(echo()).result(120)
-    registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(120)
+    registry.on("tools/result", call_ids_into(observed)).result(120)
     return started, observed
+
+
+def call_ids_into(recorder):
+    """A ``tools/result`` observer that adds each result's call id to ``recorder``. It
+    returns nothing: observers are synchronous, and a Ray ref returned would be awaitable."""
+
+    def observe(execution, result):
+        recorder.add.remote(result["call_id"])
+
+    return observe
 
 
 class WhenMarked:

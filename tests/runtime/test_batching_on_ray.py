@@ -13,7 +13,7 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, echo, hanging_registry, shares_one_host_registry
+from .fixtures import Recorder, call_ids_into, echo, hanging_registry, shares_one_host_registry
 
 pytestmark = shares_one_host_registry
 
@@ -23,7 +23,7 @@ T = 120
 def test_hundreds_of_calls_in_flight_each_get_their_own_result_and_are_observed_once(registry):
     registry.register(echo()).result(T)
     observed = Recorder.remote()
-    registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
+    registry.on("tools/result", call_ids_into(observed)).result(T)
     scope = registry.scope("busy")
 
     async def scenario():

@@ -23,7 +23,7 @@ import ray
 from dsh_actors import ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
-from .fixtures import Recorder, pid_of, process_alive
+from .fixtures import Recorder, call_ids_into, pid_of, process_alive
 
 T = 120
 
@@ -114,7 +114,7 @@ def test_an_executor_dying_while_calls_stream_costs_each_call_exactly_one_result
     observed = Recorder.remote()
     try:
         registry.register(marked(tmp_path)).result(T)
-        registry.on("tools/result", lambda e, r: observed.add.remote(r["call_id"])).result(T)
+        registry.on("tools/result", call_ids_into(observed)).result(T)
         victim = executor_on(registry, head)  # where the driver's calls go
         victim_pid = pid_of(victim, T)
         total = 400
@@ -241,15 +241,16 @@ def test_an_ask_dies_with_its_call(ray_cluster):
         registry.shutdown()
 
 
-@pytest.mark.last
-def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
-    """Run last: every log of the test session is read after a kill-and-revive of the
-    executors and a scope host of its own (the suite before it ran jobs, evals, Code Mode and
-    every other kill): Ray's warning about a blocking ``ray.get`` in an async actor appears
-    in none (it is logged once per process, the first time)."""
+def test_every_executor_and_the_scope_host_killed_at_once_come_back_and_serve(ray_cluster):
+    """SIGKILL of every executor and a ray.kill of the shared scope host, together: the
+    scope's next call is served by their successors, with its restriction. (Ray's warning
+    about a blocking ``ray.get`` in an async actor, which such revivals would set off, is
+    looked for in every log of the session when its cluster ends: tests/conftest.py.)"""
     registry = connect("revive", executors=2, scope_hosting="shared")
     try:
         registry.register(where()).result(T)
+        registry.register(define_tool(name="hidden", description="hidden from the scope", parameters={},
+                                      execute=lambda args, ctx: [text_block("no")])).result(T)
         scope = registry.scope("revived")
         scope.restrict(allow=["where"]).result(T)
         for handle in ray.get(registry._handle().executors.remote(), timeout=T):
@@ -264,12 +265,9 @@ def test_no_async_actor_ever_blocks_its_loop_on_ray_get(ray_cluster, tmp_path):
                 break
             time.sleep(0.5)
         assert result is not None and not result.is_error
+        assert [d.name for d in scope.visible().result(T)] == ["where"]
     finally:
         registry.shutdown()
-    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
-    offending = [p.name for p in logs.glob("*") if p.is_file()
-                 and "Using blocking ray.get inside async actor" in p.read_text(errors="replace")]
-    assert offending == []
 
 
 def test_calls_from_the_executors_node_stream_on_its_channel_and_survive_its_restart(ray_cluster, tmp_path):
