@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -272,13 +272,15 @@ class RegistryService:
         """The pool of executor actors (made with the registry)."""
         return self._fleet.executors
 
-    def executor_nodes(self) -> list[tuple[Any, str | None]]:
-        """Each executor with the node it is pinned to (how callers route to their node)."""
+    async def executor_nodes(self, dead: Sequence[str] = ()) -> list[tuple[Any, str | None]]:
+        """Each executor with the node it is pinned to (how callers route to their node).
+        ``dead``: the ids of executors the caller saw die for good (``ray.kill``), replaced
+        first (one already replaced starts nothing), so no answer holds one of them."""
+        if any(self._fleet.holds_executor(actor_id) for actor_id in dead):
+            nodes = await self._nodes()
+            for actor_id in dead:
+                self._fleet.replace_executor(actor_id, nodes)
         return self._fleet.executor_nodes()
-
-    async def replace_executor(self, actor_id: str) -> None:
-        """A client saw this executor die for good (``ray.kill``): start its successor."""
-        self._fleet.replace_executor(actor_id, await self._nodes())
 
     def code_queues(self) -> list[tuple[Any, str | None]]:
         """The Code Mode queue actors (queue-actor dispatch), each with its node."""

@@ -12,7 +12,8 @@ executor. An executor that failed a call is avoided for :data:`SICK_S` while Ray
 restarts it (calls sent to a restarting actor fail at once, and executions never retry);
 when every candidate is avoided, a call first waits (up to :data:`REVIVAL_WAIT_S`) for a
 probe that runs nothing and that Ray may retry to reach the restarted process. One that
-died for good is reported to the registry, which replaces it, and the routes refreshed.
+died for good is reported with the next refresh of the routes: the registry replaces it
+before it answers, so the refreshed routes never hold the dead one.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class ExecutorRoutes:
         self._sick: dict[Any, float] = {}  # actor id -> avoided until (monotonic)
         self._probes: dict[Any, Any] = {}  # actor id -> ref of its revival probe (any loop may await it)
         self._asking: dict[Any, Any] = {}  # actor id -> the task asking whether it died for good
+        self._dead: set[str] = set()  # executors seen dead for good, reported with the next refresh
         self._next = 0
         self._turn_executor: Any = None  # the executor of this loop turn (None: no turn open)
         self._turn_calls = 0  # calls sent to it this turn
@@ -70,7 +72,9 @@ class ExecutorRoutes:
         self._incarnation = self._link.incarnation
         if self._node is None:
             self._node = this_node()
-        pairs = list(await self._link.call("executor_nodes"))
+        dead = sorted(self._dead)
+        pairs = list(await self._link.call("executor_nodes", dead))
+        self._dead.difference_update(dead)
         self._local = [handle for handle, node in pairs if node == self._node]
         self._others = [handle for handle, node in pairs if node != self._node]
 
@@ -151,12 +155,10 @@ class ExecutorRoutes:
             self._asking.pop(handle._actor_id, None)
 
     def failed(self, handle: Any, died: bool) -> None:
-        """A call to ``handle`` failed with its executor unreachable (``died``: for good,
-        and the registry is asked to replace it; the next call refreshes the routes)."""
+        """A call to ``handle`` failed with its executor unreachable (``died``: for good; the
+        next call refreshes the routes, and the registry replaces it first)."""
         self._sick[handle._actor_id] = time.monotonic() + SICK_S
         self._end_turn()
-        if not died:
-            return
-        self._local, self._others = [], []
-        replacing = asyncio.ensure_future(self._link.call("replace_executor", handle._actor_id.hex()))
-        replacing.add_done_callback(lambda done: done.cancelled() or done.exception())  # the registry may be gone
+        if died:
+            self._dead.add(handle._actor_id.hex())
+            self._local, self._others = [], []

@@ -312,11 +312,61 @@ def _pool_of_one():
         async def actor_async(self):
             return None
 
-        async def call(self, method):
-            assert method == "executor_nodes"
+        async def call(self, method, dead):
+            assert method == "executor_nodes" and dead == []
             return [(Handle, None)]
 
     return ExecutorRoutes(Link()), Handle
+
+
+class _Id(str):
+    def hex(self):
+        return str(self)
+
+
+def test_an_executor_dead_for_good_is_reported_with_the_next_refresh_and_never_picked_again():
+    """The registry replaces it before it answers that refresh: the routes the next call
+    gets hold its successor (they once refreshed before the replacement and sent the call
+    to the dead executor: WORKER_CRASHED for a call that had not been sent)."""
+    from dsh_actors.runtime.routes import ExecutorRoutes
+
+    class Executor:
+        def __init__(self, name):
+            self._actor_id = _Id(name)
+
+    class Registry:
+        incarnation = 1
+
+        def __init__(self):
+            self.executors, self.reports, self.made = [Executor("first")], [], 1
+
+        async def actor_async(self):
+            return None
+
+        async def call(self, method, dead):
+            assert method == "executor_nodes"
+            self.reports.append(list(dead))
+            for index, handle in enumerate(self.executors):
+                if handle._actor_id in dead:
+                    self.made += 1
+                    self.executors[index] = Executor(f"successor-{self.made}")
+            return [(handle, None) for handle in self.executors]
+
+    async def scenario():
+        registry = Registry()
+        routes = ExecutorRoutes(registry)
+        first = await routes.pick()
+        routes.failed(first, died=True)
+        routes.failed(first, died=True)  # two calls met the same death
+        await asyncio.sleep(0)
+        after = [await routes.pick() for _ in range(3)]
+        routes._local, routes._others = [], []  # a later refresh (a new registry incarnation, say)
+        await routes.pick()
+        return first, after, registry
+
+    first, after, registry = asyncio.run(scenario())
+    assert {h._actor_id for h in after} == {"successor-2"} and first._actor_id == "first"
+    assert registry.reports == [[], ["first"], []]  # reported once, with the refresh that followed
 
 
 def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_answer():
