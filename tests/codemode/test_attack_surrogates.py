@@ -44,8 +44,9 @@ def test_a_tool_answer_carrying_a_lone_surrogate_fails_that_call_alone(runtime, 
     started = time.monotonic()
     result = asyncio.run(runtime.run(program, {"echo": echo, "read_file": read_file}))
     elapsed = time.monotonic() - started
+    # Never answered, the program would wait for the wall ceiling: its result would be that error.
     assert result.error is None, f"{result.error} after {elapsed:.1f}s: the call was never answered"
-    assert elapsed < WALL_MS / 1000 / 2
+    assert str(result.value).startswith(("answered: ", "failed: ")), result
 
 
 def test_a_program_holding_a_lone_surrogate_is_a_result_not_a_raised_error(runtime):

@@ -119,8 +119,8 @@ def test_an_already_aborted_signal_never_starts_and_an_abort_mid_run_stops_it(ru
         return result, time.monotonic() - started
 
     result, took = asyncio.run(aborted_mid_run())
-    assert (result.error.kind, result.error.message) == ("abort", "user stop")
-    assert took < 1.4  # well inside the 1.5 s compute budget: the abort, not the budget, ended it
+    # The abort ended it, not the 1.5 s compute budget (that would be a "timeout" error).
+    assert (result.error.kind, result.error.message) == ("abort", "user stop"), (result, took)
 
 
 def test_an_infinite_loop_exhausts_the_compute_budget(runtime):

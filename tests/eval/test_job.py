@@ -149,8 +149,13 @@ def test_a_run_owns_its_folder_episodes_do_not_share_files_and_failures_are_kept
         "writer-A": "failed", "writer-B": "ok", "fails": "ok", "coder": "ok"}
     assert "in the way" in next(e for e in resumed["per_episode"] if e["id"] == "writer-A")["message"]
     (out / "logs" / "writer-A.log").rmdir()
-    fresh = asyncio.run(run_eval([episodes], out, progress=None, overwrite=True))
-    assert fresh["episodes_failed"] == 0 and (out / "logs" / "coder.log").stat().st_mtime_ns != kept
+    # Overwritten by a run of the writers alone (one registry, not two): nothing of the old run is left.
+    writers = tmp_path / "writers.jsonl"
+    writers.write_text("\n".join(json.dumps(writer(name)) for name in "AB"))
+    fresh = asyncio.run(run_eval([writers], out, progress=None, overwrite=True))
+    assert fresh["episodes_failed"] == 0 and [e["id"] for e in fresh["per_episode"]] == ["writer-A", "writer-B"]
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["writer-A.log", "writer-B.log"]
+    assert sorted(p.name for p in (out / "reports").iterdir()) == ["writer-A.json", "writer-B.json"]
     with pytest.raises(RunFolderError, match="holds no dsh-actors run"):
         (tmp_path / "home").mkdir()
         (tmp_path / "home" / "precious.txt").write_text("mine")
