@@ -25,12 +25,20 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _pids_under(marker):
+TAG = "DSH_TEST_RAY_START"
+"""An environment variable set for the walkthrough's shell: every process of its cluster
+inherits it (Ray's daemons rename themselves, ``ray::DashboardAgent``, so their command
+lines no longer say whose they are; one left behind spun at a third of a core)."""
+
+
+def _pids_tagged(value):
+    """The processes whose environment holds ``TAG=value``."""
+    marker = f"{TAG}={value}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker in entry.joinpath("cmdline").read_bytes().decode(errors="ignore"):
+                if marker in entry.joinpath("environ").read_bytes().split(b"\0"):
                     pids.append(int(entry.name))
             except OSError:
                 pass
@@ -74,6 +82,7 @@ def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the
         script = replace(script, ". .venv/bin/activate", f"export PATH={BIN}:$PATH")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VIRTUAL_ENV")}
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env[TAG] = temp
     try:
         done = subprocess.run(["bash", "-eu", "-c", SUBMIT_AGAIN + script], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
@@ -106,7 +115,7 @@ def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the
             driver.kill()
             driver.communicate()
     finally:
-        for pid in _pids_under(temp):  # exactly the processes this cluster started
+        for pid in _pids_tagged(temp):  # exactly the processes this cluster started
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
