@@ -23,8 +23,8 @@ def pytest_configure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """How many workers ``-n auto`` (the configured default) starts: two on a machine of
-    two cores, up to four on bigger ones. A Ray test spends much of its time waiting for
+    """How many workers ``-n auto`` starts: two on a machine of two cores, up to four on
+    bigger ones. A Ray test spends much of its time waiting for
     processes to start and deadlines to pass, so a second worker fills the idle core; each
     worker has a Ray cluster of its own (about 21 CPU-s to start), so more stop paying."""
     return min(4, max(2, (os.cpu_count() or 2) // 2))

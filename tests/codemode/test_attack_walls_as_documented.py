@@ -58,14 +58,18 @@ return tid
 
 def test_the_program_holds_no_capabilities_and_makes_no_namespaces(runtime):
     async def scenario():
+        # Read once the program has run for 0.5 s (its clone is done; it then sleeps 2 s): its
+        # sandbox may take a while to start on a busy machine, so wait for its process first.
         task = asyncio.ensure_future(runtime.run(CLONE, {}))
-        await asyncio.sleep(1.0)
+        while not program_pids() and not task.done():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
         seen = []
         for proc in program_pids():
             try:
                 caps = next(line.split()[1] for line in (proc / "status").read_text().splitlines()
                             if line.startswith("CapEff:"))
-                nets = {os.readlink(task / "ns" / "net") for task in (proc / "task").iterdir()}
+                nets = {os.readlink(thread / "ns" / "net") for thread in (proc / "task").iterdir()}
             except OSError:
                 continue
             seen.append((caps, nets))
