@@ -56,12 +56,9 @@ def ray_cluster():
 
     # Ray's default metrics interval (10 s): every process reporting each second cost the
     # nodes' dashboard agents about a sixth of a core over the suite; the metrics test waits.
-    # No log monitor: it tails every worker's log for drivers (this one has log_to_driver
-    # off), about 0.04 of a core per cluster all session long.
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1", "include_log_monitor": False})
-    special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1",
-                               include_log_monitor=False)
+        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     cluster.wait_for_nodes()
     yield {"cluster": cluster, "special_node": special}
