@@ -138,9 +138,6 @@ class Fleet:
         """Each executor with the node it is pinned to (how callers route to their node)."""
         return [(handle, self.node_of(handle)) for handle in self.executors]
 
-    def holds_executor(self, actor_id: str) -> bool:
-        return any(self.spawner.actor_id(handle) == actor_id for handle in self.executors)
-
     def replace_executor(self, actor_id: str, nodes: list[str]) -> None:
         """Executor ``actor_id`` died for good: start its successor in its place."""
         for index, handle in enumerate(self.executors):

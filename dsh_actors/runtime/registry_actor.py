@@ -276,7 +276,7 @@ class RegistryService:
         """Each executor with the node it is pinned to (how callers route to their node).
         ``dead``: the ids of executors the caller saw die for good (``ray.kill``), replaced
         first (one already replaced starts nothing), so no answer holds one of them."""
-        if any(self._fleet.holds_executor(actor_id) for actor_id in dead):
+        if dead:  # only after a death: the alive nodes are a GCS read
             nodes = await self._nodes()
             for actor_id in dead:
                 self._fleet.replace_executor(actor_id, nodes)
