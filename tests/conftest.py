@@ -31,13 +31,15 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(items):
-    """Modules that use Ray first, the rest after (stable order otherwise): workers take
-    whole modules in this order, and the short ones left at the end keep them even."""
+    """Modules marked ``runs_long`` first, then those that use the session's Ray cluster,
+    the rest after (stable order otherwise): xdist's workers take whole modules in this
+    order, so the longest start first and the short ones left at the end keep them even."""
     def module(item):
         return item.nodeid.split("::")[0]
 
+    long = {module(item) for item in items if item.get_closest_marker("runs_long")}
     uses_ray = {module(item) for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: module(item) not in uses_ray)
+    items.sort(key=lambda item: (module(item) not in long, module(item) not in uses_ray))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ import pytest
 
 from tests.readme import ROOT, replace, walkthrough
 
+pytestmark = pytest.mark.runs_long
+
 BIN = Path(sys.executable).parent
 
 
