@@ -146,8 +146,10 @@ class InMemoryRegistry(_Owner):
                 if on_code_dispatch is not None:
                     await settle(on_code_dispatch(agent, event))
 
-            transports.append(build_run_code(mode, lambda: self.code_runtime, lambda signal: self.execute,
-                                             lambda: record))
+            async def current() -> Any:
+                return self.code_runtime
+
+            transports.append(build_run_code(mode, current, lambda signal: self.execute, lambda: record))
         self.code_runtime = code_runtime
         self._mode = mode
         self._state = RegistryState(approval=approval, reserved=transports)

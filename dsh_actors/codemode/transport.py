@@ -131,12 +131,13 @@ def _present_result(args: Any, result: Mapping[str, Any]) -> dict[str, Any] | No
     return {"card": "generic", "content": [text_block(text)]} if text else {"card": "generic"}
 
 
-def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatch: Callable[[Any], Dispatch],
+def build_run_code(mode: str, runtime: Callable[[], Awaitable[CodeRuntime | None]], dispatch: Callable[[Any], Dispatch],
                    record: Callable[[], RecordDispatch | None] = lambda: None,
                    extras: Mapping[str, Any] | None = None) -> ToolDefinition:
     """The ``run_code`` definition for a registry in ``mode``.
 
-    ``runtime()`` gives the code runtime where the body runs; ``dispatch(run_signal)``
+    ``await runtime()`` gives the code runtime where the body runs (one being made for
+    the first time may have to start processes: off the loop); ``dispatch(run_signal)``
     gives, per run, the function that runs one sub-call through the full pipeline (the
     Ray runtime routes it through a queue actor; the run's signal reaches it);
     ``record()`` gives the function that appends a ``tool/code-dispatch`` event for an
@@ -144,7 +145,7 @@ def build_run_code(mode: str, runtime: Callable[[], CodeRuntime | None], dispatc
     """
 
     async def execute(args: Any, ctx: ToolRunContext) -> Any:
-        code_runtime = check_runtime(mode, runtime())
+        code_runtime = check_runtime(mode, await runtime())
         run = _Run(AbortController(), asyncio.Lock(), [0])
         outer = ctx.signal
         unfollow = outer.add_listener(run.controller.abort) if outer is not None else None

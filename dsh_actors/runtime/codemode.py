@@ -153,16 +153,24 @@ class CodeRunQueueService(CallSurface):
 
 
 _runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}
+_making = threading.Lock()
 
 
-def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
-    """One code runtime per worker process and config (it holds no per-run state)."""
+async def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | None:
+    """One code runtime per worker process and config (it holds no per-run state). The
+    first is made on a thread: choosing its backend probes this host's walls in a
+    subprocess, and on the loop that would stall every other call of the process."""
     if config is None:
         return None
-    runtime = _runtimes.get(config)
-    if runtime is None:
-        runtime = _runtimes[config] = _Counted(make_runtime(config), resolved_backend(config))
-    return runtime
+    return _runtimes.get(config) or await asyncio.to_thread(_made_runtime, config)
+
+
+def _made_runtime(config: CodeRuntimeConfig) -> CodeRuntime:
+    with _making:  # two first runs at once make one runtime
+        runtime = _runtimes.get(config)
+        if runtime is None:
+            runtime = _runtimes[config] = _Counted(make_runtime(config), resolved_backend(config))
+        return runtime
 
 
 class _Counted:

@@ -294,9 +294,10 @@ class RegistryService:
     def ping(self) -> str:
         return "pong"
 
-    def config(self) -> dict[str, Any]:
-        """The mode and whether a code runtime is configured (for the SDK and clients)."""
-        return self._config.described()
+    async def config(self) -> dict[str, Any]:
+        """The mode and whether a code runtime is configured (for the SDK and clients). On a
+        thread: the first time, naming the dialect probes this host's walls in a subprocess."""
+        return await asyncio.to_thread(self._config.described)
 
 
 RegistryActor = ray.remote(RegistryService)

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import platform
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,49 @@ def rss_bytes(pid="self"):
 def cpu_seconds(pid="self"):
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+# The system calls in which a thread of an event loop is not stalled, by machine: the
+# loop's wait for work (epoll_wait, epoll_pwait, epoll_pwait2), and futex, which is also
+# how a thread waits for the GIL, long on a loaded machine (a loop blocked on ray.get, a
+# futex too, is caught by Ray's own warning, which the session's cluster scans its logs for).
+_NOT_A_STALL = {"x86_64": {202, 232, 281, 441}, "aarch64": {98, 22, 441}}
+
+
+def syscall_of(pid, tid):
+    """The number of the system call that thread ``tid`` of process ``pid`` is in, or
+    ``None`` while it runs (read from /proc: the kernel's view, not the process's)."""
+    word = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()[0]
+    return None if word == "running" else int(word)
+
+
+class SyscallStalls:
+    """The longest time any thread ``tids`` of process ``pid`` stayed in one system call
+    in which a loop is stalled (see ``_NOT_A_STALL``): a step that blocks without using CPU,
+    in a write, a read or a sleep. Call :meth:`sample` every few milliseconds; a run of
+    samples in the same call counts from the first to the last."""
+
+    def __init__(self, pid, tids):
+        self.pid, self.tids = pid, list(tids)
+        self.not_stalls = _NOT_A_STALL[platform.machine()]
+        self.longest_s, self.longest_call = 0.0, None
+        self._since = {}  # tid -> (the call it is in, when it was first seen there)
+
+    def sample(self):
+        now = time.monotonic()
+        for tid in self.tids:
+            try:
+                call = syscall_of(self.pid, tid)
+            except (OSError, ValueError, IndexError):  # gone, or between states
+                call = None
+            if call is None or call in self.not_stalls:
+                self._since.pop(tid, None)
+                continue
+            seen = self._since.setdefault(tid, (call, now))
+            if seen[0] != call:
+                self._since[tid] = (call, now)
+            elif now - seen[1] > self.longest_s:
+                self.longest_s, self.longest_call = now - seen[1], call
 
 
 class HostWatch:

@@ -4,10 +4,12 @@ executor that every other agent's calls share.
 One executor serves six agents. Agent 0 sends the attacks of ``tests/codemode`` (floods,
 huge values and arguments, forged frames, process-control exceptions from bodies); the
 other five run ordinary programs and native calls at the same time. Asserted from outside
-the executor: every ordinary call's result, the executor's RSS sampled from ``/proc``, the
-CPU time of the longest single step of its event loops (work done in one piece there stalls
-every agent; CPU time, unlike a heartbeat's round trip, does not grow with the machine's
-load), and the executor's pid (the same process serves throughout).
+the executor: every ordinary call's result, the executor's RSS sampled from ``/proc``, how
+long its event loops were stalled (work done in one piece there stalls every agent) measured
+in two ways that, unlike a heartbeat's round trip, do not grow with the machine's load: the
+CPU time of the longest single step, and the longest time a loop's thread sat in one system
+call other than its wait for work, sampled from ``/proc`` (a step that blocks without CPU),
+and the executor's pid (the same process serves throughout).
 """
 
 import asyncio
@@ -22,7 +24,7 @@ from dsh_actors import define_tool, text_block
 from dsh_actors.codemode.contract import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 
-from ..codemode.watch import rss_bytes
+from ..codemode.watch import SyscallStalls, rss_bytes
 
 T = 120
 MB = 1 << 20
@@ -63,28 +65,37 @@ def shared_executor(ray_cluster):
     registry.shutdown()
 
 
-def meter_loop_steps(executor):
-    """From now on, ``executor`` keeps the CPU time of the longest step any event loop of
-    its process took (an asyncio callback: a task's step between two awaits)."""
+class LoopMeter:
+    """Installed in ``executor``: from then on it keeps the CPU time of the longest step any
+    event loop of its process took (an asyncio callback: a task's step between two awaits),
+    and the ids of the threads that ran those loops."""
 
-    def install(self):
-        import asyncio
-        import time
+    def __init__(self, executor):
+        def install(self):
+            import asyncio
+            import threading
+            import time
 
-        worst, run = [0.0], asyncio.events.Handle._run
+            worst, loops, run = [0.0], set(), asyncio.events.Handle._run
 
-        def metered(handle):
-            started = time.thread_time()
-            try:
-                return run(handle)
-            finally:
-                worst[0] = max(worst[0], time.thread_time() - started)
+            def metered(handle):
+                loops.add(threading.get_native_id())
+                started = time.thread_time()
+                try:
+                    return run(handle)
+                finally:
+                    worst[0] = max(worst[0], time.thread_time() - started)
 
-        asyncio.events.Handle._run = metered
-        self._worst_loop_step = worst
+            asyncio.events.Handle._run = metered
+            self._loop_meter = worst, loops
 
-    ray.get(executor.__ray_call__.remote(install), timeout=T)
-    return lambda: ray.get(executor.__ray_call__.remote(lambda self: self._worst_loop_step[0]), timeout=T)
+        self._executor = executor
+        ray.get(executor.__ray_call__.remote(install), timeout=T)
+
+    def read(self):
+        """``(longest step's CPU seconds, the loops' thread ids)``."""
+        worst, loops = ray.get(self._executor.__ray_call__.remote(lambda self: self._loop_meter), timeout=T)
+        return worst[0], sorted(loops)
 
 
 @pytest.mark.timeout(300)
@@ -92,7 +103,9 @@ def test_an_attacking_agent_leaves_every_other_agents_calls_their_results(shared
     registry = shared_executor
     executor_pid = int(registry.execute(call_id="p0", name="pid", arguments={}).result(T).text)
     [executor] = ray.get(registry._handle().executors.remote(), timeout=T)
-    worst_step = meter_loop_steps(executor)
+    meter = LoopMeter(executor)
+    registry.execute(call_id="p-loops", name="pid", arguments={}).result(T)  # its loops have run a step
+    stalls = SyscallStalls(executor_pid, meter.read()[1])
     baseline = rss_bytes(executor_pid)
     peak, stop = [baseline], threading.Event()
 
@@ -102,6 +115,7 @@ def test_an_attacking_agent_leaves_every_other_agents_calls_their_results(shared
                 peak[0] = max(peak[0], rss_bytes(executor_pid))
             except OSError:
                 pass
+            stalls.sample()
             time.sleep(0.01)
 
     ordinary = "total = 0\nfor i in range(4):\n    total += int((await tools.echo(text='x' * i)).split(':')[1])\nreturn total"
@@ -140,9 +154,11 @@ def test_an_attacking_agent_leaves_every_other_agents_calls_their_results(shared
         assert answers == [("6", "echo:3")] * 6, answers
     assert all(r.is_error or r.text for r in attacked)  # one result each, whatever the attack did
     assert attacked[-2].error["code"] == attacked[-1].error["code"] == "PROCESS_CONTROL"
-    step = worst_step()
-    print(f"executor RSS growth {(peak[0] - baseline) / MB:.0f} MB, longest loop step {step * 1000:.0f} ms of CPU")
+    step, _ = meter.read()
+    print(f"executor RSS growth {(peak[0] - baseline) / MB:.0f} MB, longest loop step {step * 1000:.0f} ms of CPU, "
+          f"longest in one system call {stalls.longest_s * 1000:.0f} ms (call {stalls.longest_call})")
     assert peak[0] - baseline < 400 * MB, (peak[0] - baseline) / MB
     assert step < 0.5, step  # (about 0.1 s here) no attack's host work ran in one piece on a loop the other agents share
+    assert stalls.longest_s < 0.5, (stalls.longest_s, stalls.longest_call)  # nor did a loop block waiting
     after = registry.execute(call_id="p1", name="pid", arguments={}).result(T)
     assert int(after.text) == executor_pid  # the same process served it all

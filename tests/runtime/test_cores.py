@@ -54,3 +54,34 @@ def test_a_scope_core_rebuilt_from_its_journal_has_the_same_layer_under_the_same
     assert again.dispose(journal[1][0])  # the restriction's id still names it
     assert list(compose_plan(base, chains, again.layer).tools) == ["echo", "rm"]
     assert not again.dispose(journal[1][0])  # once
+
+
+def test_a_workers_first_code_runtime_is_made_off_its_loop_and_once_for_runs_that_start_together(monkeypatch):
+    """Making a code runtime probes the host's walls in a subprocess: on the loop, that
+    would stall every other call of the executor (or queue) for as long."""
+    import asyncio
+    import threading
+
+    from dsh_actors.codemode.runtime import CodeRuntimeConfig
+    from dsh_actors.runtime import codemode
+
+    made = []
+
+    def make_runtime(config):
+        made.append(threading.get_ident())
+        threading.Event().wait(0.05)  # a probe's subprocess: the other first runs come meanwhile
+        return type("Runtime", (), {"language": "python", "dialect": "d", "isolation": "i"})()
+
+    monkeypatch.setattr(codemode, "make_runtime", make_runtime)
+    monkeypatch.setattr(codemode, "resolved_backend", lambda config: "cpython")
+    monkeypatch.setattr(codemode, "_runtimes", {})
+    config = CodeRuntimeConfig(compute_ms=1234)
+
+    async def first_runs():
+        runtimes = await asyncio.gather(*[codemode._worker_runtime(config) for _ in range(3)])
+        return threading.get_ident(), runtimes
+
+    loop_thread, runtimes = asyncio.run(first_runs())
+    assert len(made) == 1 and made[0] != loop_thread
+    assert runtimes[0] is runtimes[1] is runtimes[2]
+    assert asyncio.run(codemode._worker_runtime(None)) is None
