@@ -1,15 +1,16 @@
 """One agent's fault stays inside it, on Ray: an attacker's programs and bodies against an
 executor that every other agent's calls share.
 
-One executor serves six agents. Agent 0 sends the attacks of ``tests/codemode`` (floods,
+One executor serves six agents; their programs run on it (in-task dispatch) or in the
+Code Mode queue actor of its node (queue-actor dispatch). Agent 0 sends the attacks of ``tests/codemode`` (floods,
 huge values and arguments, forged frames, process-control exceptions from bodies); the
 other five run ordinary programs and native calls at the same time. Asserted from outside
-the executor: every ordinary call's result, the executor's RSS sampled from ``/proc``, how
+every process that hosts all agents' work: every ordinary call's result, its RSS sampled from ``/proc``, how
 long its event loops were stalled (work done in one piece there stalls every agent) measured
 in two ways that, unlike a heartbeat's round trip, do not grow with the machine's load: the
 CPU time of the longest single step, and the longest time a loop's thread sat in one system
 call other than its wait for work, sampled from ``/proc`` (a step that blocks without CPU),
-and the executor's pid (the same process serves throughout).
+and that the same process serves throughout.
 """
 
 import asyncio
@@ -25,6 +26,7 @@ from dsh_actors.codemode.contract import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 
 from ..codemode.watch import SyscallStalls, rss_bytes
+from .fixtures import pid_of, process_alive
 
 T = 120
 MB = 1 << 20
@@ -49,10 +51,12 @@ async def exiting(args, ctx):
     raise SystemExit(3)
 
 
-@pytest.fixture(scope="module")
-def shared_executor(ray_cluster):
+@pytest.fixture(scope="module", params=["in-task", "queue-actor"])
+def shared_executor(ray_cluster, request):
+    """A registry with one executor; with ``queue-actor`` dispatch, runs are hosted by the
+    Code Mode queue actor on the run's node, which every agent's runs there share."""
     registry = ToolRegistry.connect(
-        f"blast-{os.getpid()}-{time.monotonic_ns()}", mode="both", executors=1,
+        f"blast-{os.getpid()}-{time.monotonic_ns()}", mode="both", executors=1, code_dispatch=request.param,
         code_runtime=CodeRuntimeConfig(compute_ms=2000, max_wall_ms=30_000, max_log_bytes=4096, max_value_bytes=4096,
                                        max_memory_mb=256))
     registry.register(define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}},
@@ -98,24 +102,52 @@ class LoopMeter:
         return worst[0], sorted(loops)
 
 
+class WatchedHost:
+    """A process that hosts every agent's work (the executor, a Code Mode queue), watched
+    from outside: its peak RSS, its loops' longest step of CPU, its loops' longest stall
+    in a system call, and its pid."""
+
+    def __init__(self, handle):
+        self.pid = pid_of(handle, T)
+        self.meter = LoopMeter(handle)
+        self.stalls = None
+        self.baseline = self.peak = rss_bytes(self.pid)
+
+    def sample(self):
+        try:
+            self.peak = max(self.peak, rss_bytes(self.pid))
+        except OSError:
+            pass
+        if self.stalls is None:  # the ids of its loops' threads, once they have run a step
+            loops = self.meter.read()[1]
+            if not loops:
+                return
+            self.stalls = SyscallStalls(self.pid, loops)
+        self.stalls.sample()
+
+    def check(self, name):
+        step, _ = self.meter.read()
+        stalled = self.stalls.longest_s if self.stalls else 0.0
+        print(f"{name}: RSS growth {(self.peak - self.baseline) / MB:.0f} MB, longest loop step {step * 1000:.0f} ms "
+              f"of CPU, longest in one system call {stalled * 1000:.0f} ms")
+        assert self.peak - self.baseline < 400 * MB, (name, (self.peak - self.baseline) / MB)
+        assert step < 0.5, (name, step)  # (about 0.1 s here) no attack's host work ran in one piece on a shared loop
+        assert stalled < 0.5, (name, stalled, self.stalls.longest_call)  # nor did a loop block waiting
+        assert process_alive(self.pid)  # the same process served it all
+
+
 @pytest.mark.timeout(300)
 def test_an_attacking_agent_leaves_every_other_agents_calls_their_results(shared_executor):
     registry = shared_executor
-    executor_pid = int(registry.execute(call_id="p0", name="pid", arguments={}).result(T).text)
     [executor] = ray.get(registry._handle().executors.remote(), timeout=T)
-    meter = LoopMeter(executor)
-    registry.execute(call_id="p-loops", name="pid", arguments={}).result(T)  # its loops have run a step
-    stalls = SyscallStalls(executor_pid, meter.read()[1])
-    baseline = rss_bytes(executor_pid)
-    peak, stop = [baseline], threading.Event()
+    queues = [queue for queue, _ in ray.get(registry._handle().code_queues.remote(), timeout=T)]
+    hosts = {"executor": WatchedHost(executor), **{f"queue {n}": WatchedHost(q) for n, q in enumerate(queues)}}
+    stop = threading.Event()
 
     def sample():
         while not stop.is_set():
-            try:
-                peak[0] = max(peak[0], rss_bytes(executor_pid))
-            except OSError:
-                pass
-            stalls.sample()
+            for host in hosts.values():
+                host.sample()
             time.sleep(0.01)
 
     ordinary = "total = 0\nfor i in range(4):\n    total += int((await tools.echo(text='x' * i)).split(':')[1])\nreturn total"
@@ -154,11 +186,7 @@ def test_an_attacking_agent_leaves_every_other_agents_calls_their_results(shared
         assert answers == [("6", "echo:3")] * 6, answers
     assert all(r.is_error or r.text for r in attacked)  # one result each, whatever the attack did
     assert attacked[-2].error["code"] == attacked[-1].error["code"] == "PROCESS_CONTROL"
-    step, _ = meter.read()
-    print(f"executor RSS growth {(peak[0] - baseline) / MB:.0f} MB, longest loop step {step * 1000:.0f} ms of CPU, "
-          f"longest in one system call {stalls.longest_s * 1000:.0f} ms (call {stalls.longest_call})")
-    assert peak[0] - baseline < 400 * MB, (peak[0] - baseline) / MB
-    assert step < 0.5, step  # (about 0.1 s here) no attack's host work ran in one piece on a loop the other agents share
-    assert stalls.longest_s < 0.5, (stalls.longest_s, stalls.longest_call)  # nor did a loop block waiting
+    for name, host in hosts.items():
+        host.check(name)
     after = registry.execute(call_id="p1", name="pid", arguments={}).result(T)
-    assert int(after.text) == executor_pid  # the same process served it all
+    assert int(after.text) == hosts["executor"].pid
