@@ -2,15 +2,16 @@
 executor that every other agent's calls share.
 
 One executor serves six agents; their programs run on it (in-task dispatch) or in the
-Code Mode queue actor of its node (queue-actor dispatch). Agent 0 sends the attacks of ``tests/codemode`` (floods,
-huge values and arguments, forged frames, process-control exceptions from bodies); the
-other five run ordinary programs and native calls at the same time. Asserted from outside
-every process that hosts all agents' work: every ordinary call's result, its RSS sampled from ``/proc``, how
-long its event loops were stalled (work done in one piece there stalls every agent) measured
-in two ways that, unlike a heartbeat's round trip, do not grow with the machine's load: the
-CPU time of the longest single step, and the longest time a loop's thread sat in one system
-call other than its wait for work, sampled from ``/proc`` (a step that blocks without CPU),
-and that the same process serves throughout.
+Code Mode queue actor of its node (queue-actor dispatch). Agent 0 sends the attacks of
+``tests/codemode`` (floods, huge values and arguments, forged frames, process-control
+exceptions from bodies); the other five run ordinary programs and native calls at the same
+time. Asserted from outside each process that hosts every agent's work: every ordinary
+call's result, its RSS sampled from ``/proc``, how long its event loops were stalled (work
+done in one piece there stalls every agent) measured in two ways that, unlike a heartbeat's
+round trip, do not grow with the machine's load: the CPU time of the longest single step,
+and the longest time a loop's thread sat in one system call other than its wait for work,
+sampled from ``/proc`` (a step that blocks without CPU), and that the same process serves
+throughout.
 """
 
 import asyncio
@@ -110,7 +111,9 @@ class WatchedHost:
     def __init__(self, handle):
         self.pid = pid_of(handle, T)
         self.meter = LoopMeter(handle)
-        self.stalls = None
+        loops = self.meter.read()[1]  # the read itself is a step of the actor's loop
+        assert loops, "the meter saw no loop run a step"
+        self.stalls = SyscallStalls(self.pid, loops)
         self.baseline = self.peak = rss_bytes(self.pid)
 
     def sample(self):
@@ -118,16 +121,11 @@ class WatchedHost:
             self.peak = max(self.peak, rss_bytes(self.pid))
         except OSError:
             pass
-        if self.stalls is None:  # the ids of its loops' threads, once they have run a step
-            loops = self.meter.read()[1]
-            if not loops:
-                return
-            self.stalls = SyscallStalls(self.pid, loops)
         self.stalls.sample()
 
     def check(self, name):
         step, _ = self.meter.read()
-        stalled = self.stalls.longest_s if self.stalls else 0.0
+        stalled = self.stalls.longest_s
         print(f"{name}: RSS growth {(self.peak - self.baseline) / MB:.0f} MB, longest loop step {step * 1000:.0f} ms "
               f"of CPU, longest in one system call {stalled * 1000:.0f} ms")
         assert self.peak - self.baseline < 400 * MB, (name, (self.peak - self.baseline) / MB)
