@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .errors import ExecutionCancelledError, ProcessControlError, error_message
 
-__all__ = ["Carried", "as_failure", "carry", "is_own_cancellation"]
+__all__ = ["Carried", "as_failure", "carry", "is_own_cancellation", "kind_of"]
 
 
 class Carried(Exception):
@@ -41,9 +41,16 @@ def carry(fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+def kind_of(thrown: object) -> type:
+    """The class of a raised value, read without running its code: ``isinstance`` would
+    look up ``__class__``, which a hostile value can make raise (then the error raised
+    while normalising, not the value, would become the call's result)."""
+    return type(thrown)
+
+
 def is_own_cancellation(thrown: BaseException) -> bool:
     """True when ``thrown`` is the running task's own cancellation (it must propagate)."""
-    if not isinstance(thrown, asyncio.CancelledError):
+    if not issubclass(kind_of(thrown), asyncio.CancelledError):
         return False
     try:
         task = asyncio.current_task()
@@ -54,11 +61,11 @@ def is_own_cancellation(thrown: BaseException) -> bool:
 
 def as_failure(thrown: BaseException, origin: str) -> BaseException:
     """What a call reports for ``thrown`` (raised by ``origin``, e.g. ``tool "x"``)."""
-    if isinstance(thrown, Carried):
-        thrown = thrown.thrown
-    if isinstance(thrown, Exception):
+    if kind_of(thrown) is Carried:
+        thrown = thrown.thrown  # type: ignore[attr-defined]
+    if issubclass(kind_of(thrown), Exception):
         return thrown
-    if isinstance(thrown, asyncio.CancelledError):
+    if issubclass(kind_of(thrown), asyncio.CancelledError):
         return ExecutionCancelledError(f"{origin} was cancelled inside its own code")
     detail = error_message(thrown)
-    return ProcessControlError(origin, type(thrown).__name__ + (f"({detail!r})" if detail else ""))
+    return ProcessControlError(origin, kind_of(thrown).__name__ + (f"({detail!r})" if detail else ""))

@@ -270,10 +270,11 @@ def unreachable(context: str, value: Any) -> UnreachableVariantError:
 
 def error_message(thrown: object) -> str:
     """The model-facing message of any raised value; never raises."""
+    kind = type(thrown)  # never ``isinstance``: it reads ``__class__``, which may raise
     try:
-        if isinstance(thrown, HarnessError):
-            return str(thrown.message)
-        if isinstance(thrown, BaseException):
+        if issubclass(kind, HarnessError):
+            return str(thrown.message)  # type: ignore[attr-defined]
+        if issubclass(kind, BaseException):
             return str(thrown)
         message = getattr(thrown, "message", None)
         if isinstance(message, str):
@@ -286,8 +287,8 @@ def error_message(thrown: object) -> str:
 def error_info(thrown: object) -> dict[str, str] | None:
     """``{name, code}`` for a :class:`HarnessError`, else ``None``; never raises."""
     try:
-        if isinstance(thrown, HarnessError):
-            info = thrown.info()
+        if issubclass(type(thrown), HarnessError):
+            info = thrown.info()  # type: ignore[attr-defined]
             if isinstance(info.get("name"), str) and isinstance(info.get("code"), str):
                 return {"name": info["name"], "code": info["code"]}
     except Exception:

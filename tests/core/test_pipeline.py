@@ -335,6 +335,41 @@ def test_a_raising_tool_body_is_an_error_result_that_goes_through_post_execute()
     assert result.additional_context == [CTX("deferred")]
 
 
+def faceless(base):
+    """A raised value of ``base`` whose class lookup and string conversion both raise."""
+    class Faceless(base):
+        @property
+        def __class__(self):
+            raise RuntimeError("no class for you")
+
+        def __str__(self):
+            raise RuntimeError("no text either")
+    return Faceless()
+
+
+@pytest.mark.parametrize("base, text, code", [
+    (Exception, "Error: <unprintable thrown value>", None),
+    (KeyboardInterrupt, """Error: tool "echo" (c1) raised Faceless('<unprintable thrown value>'), which a tool or """
+                        "policy must not raise; the call failed (the process serving it goes on)", "PROCESS_CONTROL"),
+], ids=["exception", "base-exception"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_raised_value_that_cannot_be_inspected_is_unprintable_and_still_goes_through_post_execute(
+        base, text, code, is_async):
+    log = []
+
+    def body(args, ctx):
+        raise faceless(base)
+
+    async def async_body(args, ctx):
+        raise faceless(base)
+
+    registry = registry_with(echo(execute=async_body if is_async else body))
+    registry.on("tools/post-execute", lambda e, r, n: log.append(r.text) or n())
+    result = run(registry, call())
+    assert log == [text] and result.text == text
+    assert (result.get("error") or {}).get("code") == code
+
+
 def test_argument_violations_and_unknown_tools_go_through_post_execute():
     log = []
     registry = registry_with(echo())

@@ -23,7 +23,7 @@ from ..errors import (
     error_result,
 )
 from ..types import ToolExecution, ToolExecutionResult, ToolRunContext
-from ..boundary import as_failure, is_own_cancellation
+from ..boundary import as_failure, is_own_cancellation, kind_of
 from .chain import run_chain
 from .plan import ExecutionPlan
 
@@ -83,7 +83,7 @@ async def dispatch_tool(execution: ToolExecution, plan: ExecutionPlan, deferred:
     except BaseException as exc:  # the tool body's error boundary: whatever it raised
         if is_own_cancellation(exc):
             raise  # the call itself is being cancelled: that keeps propagating
-        if isinstance(exc, asyncio.CancelledError):
+        if issubclass(kind_of(exc), asyncio.CancelledError):
             # A CancelledError of the body's own (a cancelled inner task it awaited) is
             # the body's outcome, not the call's cancellation.
             exc = ExecutionCancelledError(
