@@ -62,8 +62,9 @@ def _read_frame(stream):
 
 class _Capture(io.TextIOBase):
     """print() and sys.stdout/err writes become log frames in order: whole lines are sent
-    as they complete, in chunks of at most CHUNK characters, and nothing past the run's log
-    budget is sent at all (the host keeps its own count; this only saves the traffic)."""
+    as they complete, in chunks of at most CHUNK characters, and nothing is sent once the
+    run's log budget is passed (the host keeps its own count and writes the truncation
+    line; this only saves the traffic, so the piece that passes the budget is still sent)."""
 
     def __init__(self, budget):
         self._pending = []
@@ -90,7 +91,11 @@ class _Capture(io.TextIOBase):
         self._pending, self._size = ([rest], len(rest)) if rest else ([], 0)
         for start in range(0, len(head), CHUNK):
             piece = head[start:start + CHUNK]
-            self._budget -= len(piece.encode("utf-8", "surrogatepass")) + piece.count("\n")
+            # What the host's ledger charges for it: a line's bytes plus its newline, which
+            # is already one of these bytes. Never more, or the child would stop sending
+            # before the host's budget is reached and the host would never write its
+            # truncation line.
+            self._budget -= len(piece.encode("utf-8", "surrogatepass"))
             _send({"t": "log", "text": piece})
             if self._budget < 0:
                 self._pending, self._size = [], 0

@@ -154,6 +154,18 @@ def test_huge_output_is_capped_with_a_marker(runtime):
     assert sum(len(line) for line in result.logs[:-1]) <= 4096
 
 
+@pytest.mark.parametrize("backend", ["monty", "cpython"])
+def test_many_short_lines_fill_the_default_log_budget_once_per_byte_and_say_they_were_cut(backend):
+    rt = make_runtime(CodeRuntimeConfig(backend=backend, compute_ms=10_000, max_wall_ms=30_000))
+    result = run(rt, "for i in range(100000):\n    print(i)\nreturn 'done'")
+    rt.close()
+    assert result.value == "done" and result.logs[-1] == "[dsh-code-runtime] log capture truncated at 65536 bytes"
+    kept = result.logs[:-1]
+    assert kept == [str(i) for i in range(len(kept))]
+    # Each line costs its bytes and its newline, once: the budget is full to within one line.
+    assert 65536 - len(str(len(kept))) - 1 < sum(len(line) + 1 for line in kept) <= 65536
+
+
 def test_a_memory_bomb_fails_the_run_and_the_next_run_is_fine(runtime):
     result = run(runtime, 'x = "a" * (2 * 1024**3)\nreturn len(x)')
     assert result.error.kind == "exception" and "MemoryError" in result.error.message, result
