@@ -175,9 +175,13 @@ def _binding(name, call):
         if args and kwargs or len(args) > 1:
             raise TypeError(f"tools.{name}() takes keyword arguments or one arguments dict")
         value = args[0] if args else kwargs
+        # The texts are the reference's (codemode/transport.py holds them for in-process
+        # runtimes; this file may import only the standard library and msgpack).
+        if callable(value):
+            raise TypeError("tool arguments must be JSON-serializable (got a value JSON cannot represent)")
         try:
             text = json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
         return await call(name, text)
 

@@ -66,6 +66,7 @@ DIALECT = (
 
 _PRELUDE = '''\
 __dsh_flight__ = [0, 0]
+__dsh_no_json__ = ("function", "builtin_function_or_method", "method", "type")  # Monty has no callable()
 
 
 class tools:
@@ -77,7 +78,13 @@ class tools:
         async def binding(*args, **kwargs):
             if args and kwargs or len(args) > 1:
                 raise TypeError("tools." + name + "() takes keyword arguments or one arguments dict")
-            text = json.dumps(args[0] if args else kwargs)
+            value = args[0] if args else kwargs
+            if type(value).__name__ in __dsh_no_json__:
+                raise TypeError("tool arguments must be JSON-serializable (got a value JSON cannot represent)")
+            try:
+                text = json.dumps(value, allow_nan=False)
+            except Exception as exc:
+                raise TypeError("tool arguments must be JSON-serializable: " + str(exc))
             size = len(text)
             if size > __dsh_max_arg__:
                 return await __dsh_call__(name, None, size, "ARGS_TOO_LARGE")

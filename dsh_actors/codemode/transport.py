@@ -99,22 +99,31 @@ class _Run:
     counter: list[int]
 
 
+NOT_JSON = "tool arguments must be JSON-serializable"
+"""The start of every rejection of a binding call's arguments (reference notes §15.3); the
+sandboxed backends raise the same texts inside the program."""
+
+
 def _json_text(raw: Any) -> str:
-    """A call's arguments as JSON text: the text the program sent, or a value made JSON."""
+    """A call's arguments as JSON text: the text the program sent (a sandboxed backend
+    encodes them inside the program), or the value an in-process runtime passed, made JSON."""
+    if isinstance(raw, str):
+        return raw
+    if callable(raw):
+        raise TypeError(f"{NOT_JSON} (got a value JSON cannot represent)")
     try:
-        text = raw if isinstance(raw, str) else json.dumps(raw, allow_nan=False)
-    except ValueError as exc:
-        raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
-    return text
+        return json.dumps(raw, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"{NOT_JSON}: {exc}") from None
 
 
 def _parsed(text: str) -> Any:
     try:
         value = json.loads(text)
-    except ValueError as exc:
-        raise TypeError(f"tool arguments must be JSON-serializable: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise TypeError(f"{NOT_JSON}: {exc}") from None
     if value is None:
-        raise TypeError("tool arguments must be JSON-serializable (call the tool with an arguments object, e.g. `{}`)")
+        raise TypeError(f"{NOT_JSON} (call the tool with an arguments object, e.g. `{{}}`)")
     return value
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from dsh_actors import (
     DefinitionError, InMemoryRegistry, ReservedNameError, RestrictionError, accept, define_tool, deny, text_block,
 )
-from dsh_actors.codemode.runtime import CodeRuntimeConfig, SubprocessRuntime
+from dsh_actors.codemode.runtime import CodeRuntimeConfig, SubprocessRuntime, make_runtime
 from dsh_actors.codemode.sdk import SDK_SECTION, json_schema_to_python, render_sdk
 
 
@@ -140,12 +140,57 @@ def test_sub_call_context_reaches_the_outer_result_and_failures_raise_in_the_pro
     assert result.additional_context == [context]
 
 
-def test_non_json_binding_arguments_are_rejected_before_dispatch(runtime):
-    registry, events = code_registry(runtime)
-    result = run_code(registry, 'try:\n    await tools.echo(text={1, 2})\nexcept TypeError as exc:\n    return str(exc)',
-                      agent="a1")
-    assert result.text.startswith("tool arguments must be JSON-serializable")
-    assert events == []
+NOT_JSON_CASES = [
+    ("text={1, 2}", "tool arguments must be JSON-serializable: Object of type set is not JSON serializable"),
+    ("text=f", "tool arguments must be JSON-serializable: Object of type function is not JSON serializable"),
+    ("f", "tool arguments must be JSON-serializable (got a value JSON cannot represent)"),
+    ("len", "tool arguments must be JSON-serializable (got a value JSON cannot represent)"),
+    ("text=float('nan')", "tool arguments must be JSON-serializable: Out of range float values are not JSON compliant"),
+    ("None", "tool arguments must be JSON-serializable (call the tool with an arguments object, e.g. `{}`)"),
+]
+
+
+@pytest.mark.parametrize("backend", ["cpython", "monty"])
+def test_non_json_binding_arguments_are_rejected_with_the_reference_texts_before_dispatch(backend):
+    rt = make_runtime(CodeRuntimeConfig(backend=backend, compute_ms=3000, max_wall_ms=30_000))
+    registry, events = code_registry(rt)
+    ran = []
+    registry.on("tools/pre-execute", lambda e, n: ran.append(e.name) or n())
+    program = "def f():\n    return 1\nseen = []\n" + "".join(
+        f"try:\n    await tools.echo({call})\nexcept Exception as exc:\n    seen.append(str(exc))\n"
+        for call, _ in NOT_JSON_CASES) + "return seen"
+    result = run_code(registry, program, agent="a1")
+    rt.close()
+    seen = eval(result.text)  # the rendered list of the texts the program caught
+    assert [text[:len(expected)] for text, (_, expected) in zip(seen, NOT_JSON_CASES)] == [e for _, e in NOT_JSON_CASES]
+    assert ran == ["run_code"] and events == []  # nothing dispatched, nothing logged
+
+
+def test_an_in_process_runtime_passing_python_values_gets_the_same_rejections():
+    class Direct:
+        """A runtime that calls its bindings with Python values, as an in-process one may."""
+        language, dialect, isolation = "python", "Python", "none"
+
+        async def run(self, program, bindings, signal=None):
+            from dsh_actors.codemode.contract import RunResult
+            caught = []
+            for raw in ({"text": {1, 2}}, len, None, {"text": "ok"}):
+                try:
+                    caught.append(await bindings["echo"](raw))
+                except TypeError as exc:
+                    caught.append(str(exc))
+            return RunResult(value=repr(caught))
+
+        def close(self):
+            pass
+
+    registry, events = code_registry(Direct())
+    assert eval(run_code(registry, "ignored", agent="a1").text) == [
+        "tool arguments must be JSON-serializable: Object of type set is not JSON serializable",
+        "tool arguments must be JSON-serializable (got a value JSON cannot represent)",
+        "tool arguments must be JSON-serializable (call the tool with an arguments object, e.g. `{}`)",
+        "echo:ok"]
+    assert len(events) == 1
 
 
 def test_run_code_is_never_a_binding_and_restrictions_change_the_bindings(runtime):
