@@ -33,7 +33,7 @@ from ..core.define import define_tool
 from ..core.errors import CodeRunFailedError, HarnessError
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolRunContext, text_block
-from .contract import CodeRuntime, RunError, RunResult
+from .contract import CodeRuntime
 
 __all__ = ["RUN_CODE", "CodeRuntimeMissingError", "build_run_code", "check_runtime", "flatten", "summary"]
 
@@ -162,9 +162,11 @@ def build_run_code(mode: str, runtime: Callable[[], Awaitable[CodeRuntime | None
         send, log = dispatch(run.controller.signal), record()
         bindings = {name: _binding(name, run, ctx, send, log) for name in names}
         try:
+            # A runtime that raises (misuse, or a failure of its own) is not a program
+            # outcome: the raised error is the call's, normalised by the pipeline as for
+            # any body (reference notes §15.3: "Error: backend exploded", no error info; a
+            # HarnessError keeps its own name and code).
             outcome = await code_runtime.run(args["code"], bindings, run.controller.signal)
-        except Exception as exc:  # a runtime's own failure is still this call's coded result
-            outcome = RunResult(error=RunError("worker-exit", f"the code runtime failed: {type(exc).__name__}: {exc}"))
         finally:
             run.controller.abort("run_code settled")
             if unfollow is not None:

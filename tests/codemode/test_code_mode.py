@@ -193,6 +193,39 @@ def test_an_in_process_runtime_passing_python_values_gets_the_same_rejections():
     assert len(events) == 1
 
 
+class Raising:
+    """A runtime whose run raises ``error`` after its program's first sub-call started."""
+    language, dialect, isolation = "python", "Python", "none"
+
+    def __init__(self, error):
+        self.error = error
+
+    async def run(self, program, bindings, signal=None):
+        asyncio.ensure_future(bindings["echo"]({"text": "in flight"}))
+        await asyncio.sleep(0)
+        raise self.error
+
+    def close(self):
+        pass
+
+
+def test_a_runtime_that_raises_fails_the_call_as_the_reference_does_after_draining_its_sub_calls():
+    from dsh_actors.codemode.isolation import SandboxUnavailableError
+    from dsh_actors.core.errors import error_result
+
+    registry, events = code_registry(Raising(ValueError("backend exploded")))
+    post = []
+    registry.on("tools/post-execute", lambda e, r, n: post.append((e.name, r.text)) or n())
+    result = run_code(registry, "ignored", agent="a1")
+    assert result.text == "Error: backend exploded" and result.is_error and "error" not in result
+    assert post == [("echo", "echo:in flight"), ("run_code", "Error: backend exploded")]
+    assert [event["sub_call_id"] for _, event in events] == ["rc:code:1"]  # drained before the result
+    coded = SandboxUnavailableError("this host lacks landlock")
+    result = run_code(code_registry(Raising(coded))[0], "ignored", agent="a1")
+    assert {k: result[k] for k in ("content", "is_error", "error")} == error_result(coded)
+    assert result.error["code"] == coded.code  # a HarnessError keeps its own name and code
+
+
 def test_run_code_is_never_a_binding_and_restrictions_change_the_bindings(runtime):
     registry, _ = code_registry(runtime, mode="both")
     registry.register(echo("hidden"))
