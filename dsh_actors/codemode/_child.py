@@ -302,7 +302,6 @@ def main(out_fd):
     _out[0] = out_fd
     loop = asyncio.new_event_loop()
     futures = {}
-    counter = [0]
     arrived = loop.create_future()
 
     def reader():
@@ -340,8 +339,11 @@ def main(out_fd):
     max_arg = start.get("max_arg_bytes", MAX_FRAME)
 
     async def call(name, text):
-        counter[0] += 1
-        call_id = counter[0]
+        # A random id, not a count: the program can write frames of its own, and must not
+        # be able to take the id of a call before the call is sent.
+        call_id = int.from_bytes(os.urandom(8), "big") >> 1
+        while call_id in futures:
+            call_id = int.from_bytes(os.urandom(8), "big") >> 1
         future = loop.create_future()
         futures[call_id] = future
         size = len(text.encode("utf-8", "surrogatepass"))

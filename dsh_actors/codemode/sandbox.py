@@ -14,8 +14,9 @@ The host treats the sandbox as hostile, and bounds its own side of the run
   callback decodes at most 64 KiB, a frame is at most a call's argument cap); a child
   that stops reading or breaks the framing ends its run with a ``worker-exit`` error;
 - a call is admitted (arguments, calls and bytes in flight) before its arguments are
-  parsed; its result is checked against the result cap; unknown bindings, duplicate or
-  out-of-order call ids and malformed frames are refused or dropped; only a well-formed
+  parsed; its result is checked against the result cap; unknown bindings, a second call
+  under an id still in flight and malformed frames are refused or dropped (ids are matched,
+  never ordered: a forged id cannot shut out a real call); only a well-formed
   ``done`` settles the run;
 - the host CPU spent on the run's frames counts against its compute budget, beside the
   program's own CPU (sampled from ``/proc``);
@@ -295,7 +296,7 @@ class _Session:
         self._stray = LogLines(self.ledger)
         self._decoder = FrameReader(frame_cap)
         self._writer = PipeWriter(loop, sandbox.to_child, reply_cap, self._broken)
-        self._last_id = 0
+        self._in_flight: set[int] = set()  # ids of calls admitted and not yet answered
         self._closed = False
         self._reading = {sandbox.frames, sandbox.stray}
         loop.add_reader(sandbox.frames, self._on_frames)
@@ -363,10 +364,14 @@ class _Session:
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         call_id, name = frame.get("id"), frame.get("name")
-        if not isinstance(call_id, int) or isinstance(call_id, bool) or call_id <= self._last_id \
-                or not isinstance(name, str):
-            return  # forged, duplicate or out of order: dropped
-        self._last_id = call_id
+        if not isinstance(call_id, int) or isinstance(call_id, bool) or not isinstance(name, str) \
+                or call_id in self._in_flight:
+            return  # malformed, or a second call under an id not yet answered: dropped
+        # Ids are only matched, never ordered: the program can write frames of its own, and
+        # a forged id must not make the host refuse a later real one (the child draws its
+        # ids at random, so a forger cannot take the id of a call not yet sent). A frame the
+        # program forges does what a call it made would do, within the same gate.
+        self._in_flight.add(call_id)
         text, size = frame.get("json"), frame.get("size")
         if not isinstance(text, str):  # the child's notice of a call too large to send
             size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
@@ -403,6 +408,7 @@ class _Session:
             self._answer(call_id, ok, value)
 
     def _answer(self, call_id: int, ok: bool, value: str) -> None:
+        self._in_flight.discard(call_id)
         if self._closed:
             return  # replies after settlement are dropped
         with self.meter.charge():

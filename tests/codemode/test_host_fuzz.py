@@ -126,3 +126,38 @@ def test_a_system_call_of_another_abi_ends_the_program_at_once_not_at_the_wall_c
         assert time.monotonic() - started < 10
     finally:
         rt.close()
+
+
+def test_forged_call_frames_cannot_drop_delay_or_answer_the_programs_real_calls():
+    """The program writes call frames of its own before and between its real calls: a
+    very high id, the ids a counter would give next, and a duplicate of one of them. Each
+    forged call runs (it is what a call of the program's would do) and its reply is never
+    taken for a real one; every real call is answered at once with its own value."""
+    forged_ids = [2**62, 1, 2, 3, 4, 5, 3]
+    program = ("import sys, time\n"
+               "child = sys.modules['_child']\n"
+               f"for i in {forged_ids!r}:\n"
+               "    child._send({'t': 'call', 'id': i, 'name': 'slow', 'json': '{\"n\": ' + str(i) + '}'})\n"
+               "first = await tools.echo(text='one')\n"
+               "child._send({'t': 'call', 'id': 2**62 + 1, 'name': 'slow', 'json': '{\"n\": -1}'})\n"
+               "second = await tools['echo']({'text': 'two'})\n"
+               "return [first, second]")
+    forged, released = [], asyncio.Event()
+
+    async def slow(args):
+        forged.append(args["n"])
+        await released.wait()
+        return f"forged {args['n']}"
+
+    async def echo(args):
+        if args["text"] == "two":
+            released.set()
+        return f"echo:{args['text']}"
+
+    rt = SubprocessRuntime(CodeRuntimeConfig(backend="cpython", compute_ms=3000, max_wall_ms=20_000), warm_spare=False)
+    try:
+        result = asyncio.run(rt.run(program, {"slow": slow, "echo": echo}))
+    finally:
+        rt.close()
+    assert result.error is None and result.value == "['echo:one', 'echo:two']", result
+    assert sorted(forged) == [-1, 1, 2, 3, 4, 5, 2**62]  # the in-flight duplicate of 3 was dropped
