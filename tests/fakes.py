@@ -59,6 +59,7 @@ class FakeSpawner:
         self._nodes, self._here = list(nodes), here
         self.makers = dict(makers or {})
         self.spawned: list[tuple[str, FakeActor]] = []
+        self._ends: dict[str, asyncio.Event] = {}  # actor id -> set when it ends for good
 
     def spawn(self, kind: str, options: dict[str, Any], *args: Any, **kwargs: Any) -> FakeActor:
         make = self.makers.get(kind)
@@ -77,7 +78,18 @@ class FakeSpawner:
         return handle.id
 
     def release(self, handle: FakeActor) -> None:
+        self.kill(handle)
+
+    def kill(self, handle: FakeActor) -> None:
+        """End ``handle``'s actor for good (as ``ray.kill``): its watchers hear of it."""
         handle.dead = True
+        self._ended(handle).set()
+
+    async def outlived(self, handle: FakeActor) -> None:
+        await self._ended(handle).wait()
+
+    def _ended(self, handle: FakeActor) -> asyncio.Event:
+        return self._ends.setdefault(handle.id, asyncio.Event())
 
 
 class MemoryVersions:

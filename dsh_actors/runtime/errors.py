@@ -28,6 +28,7 @@ from ..core.errors import ExecutionCancelledError, HarnessError, error_message
 __all__ = [
     "ChannelLost",
     "ExecutionCancelledError",
+    "HeldDead",
     "ObjectLostError",
     "PlacementError",
     "PolicyUnavailableError",
@@ -40,9 +41,11 @@ __all__ = [
     "OBJECT_GONE",
     "RAY_ERROR",
     "died_for_good",
+    "held_dead",
     "never_reached",
     "remote_call",
     "translate",
+    "unfollowed",
 ]
 
 RAY_ERROR = rx.RayError
@@ -61,7 +64,16 @@ class ChannelLost(Exception):
         self.reached = reached
 
 
-ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError, ChannelLost)
+class HeldDead(Exception):
+    """The call was not sent: this process's Ray already held its actor dead for good
+    (:func:`held_dead`). Like :class:`ChannelLost`, never caller-facing: the caller sends
+    the call elsewhere, since nothing of it reached the dead process."""
+
+    def __init__(self, actor_id: str) -> None:
+        super().__init__(f"actor {actor_id} is dead for good; the call was not sent to it")
+
+
+ACTOR_GONE = (rx.RayActorError, rx.ActorUnavailableError, ChannelLost, HeldDead)
 """The failures meaning "the executor is gone": dead, restarting or unreachable (through
 Ray, or its channel closed)."""
 OBJECT_GONE = rx.ObjectLostError
@@ -70,7 +82,31 @@ OBJECT_GONE = rx.ObjectLostError
 
 def died_for_good(exc: BaseException) -> bool:
     """``True`` when ``exc`` says its actor is dead and will not restart."""
-    return isinstance(exc, rx.ActorDiedError)
+    return isinstance(exc, (rx.ActorDiedError, HeldDead))
+
+
+_DEAD, _UNFOLLOWED = 4, (0, 1)  # ActorTableData's DEAD; DEPENDENCIES_UNREADY, PENDING_CREATION
+
+
+def _local_state(handle: Any) -> int | None:
+    try:
+        return int(handle._get_local_state())
+    except Exception:  # noqa: BLE001 - a handle (or a Ray) without it: unknown
+        return None
+
+
+def held_dead(handle: Any) -> bool:
+    """``True`` when this process's Ray holds ``handle``'s actor dead for good: a call
+    submitted now would be failed at once, unsent — with the very error a call that died
+    inside the actor gets, so the caller checks this before it submits (≈0.4 µs)."""
+    return _local_state(handle) == _DEAD
+
+
+def unfollowed(handle: Any) -> bool:
+    """``True`` while this process's Ray does not follow ``handle``'s actor's state yet (it
+    does once a call was made through a handle to it; until then :func:`held_dead` cannot
+    tell a dead actor from a live one)."""
+    return _local_state(handle) in _UNFOLLOWED
 
 
 _NOT_SENT = "The actor is restarting"
@@ -85,6 +121,8 @@ def never_reached(exc: BaseException) -> bool:
     the call may go to another one); a call that may have arrived is never resent."""
     if isinstance(exc, ChannelLost):
         return not exc.reached
+    if isinstance(exc, HeldDead):
+        return True
     return isinstance(exc, rx.ActorUnavailableError) and _NOT_SENT in str(exc)
 
 
@@ -158,6 +196,8 @@ def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError
         mapped = actor(f"{what}: the actor is unavailable ({_why(exc)})")
     elif isinstance(exc, ChannelLost):
         mapped = WorkerCrashedError(f"the executor running {what} is gone ({exc})")
+    elif isinstance(exc, HeldDead):
+        mapped = actor(f"{what}: the actor is unavailable ({exc})")
     elif isinstance(exc, (rx.TaskUnschedulableError, rx.ActorUnschedulableError, rx.RuntimeEnvSetupError)):
         mapped = PlacementError(f"{what} cannot be placed: {_why(exc)}")
     elif isinstance(exc, rx.RayError):

@@ -9,6 +9,7 @@ what would have started where.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Mapping, Protocol
 
 from .registry_config import RegistryConfig
@@ -19,6 +20,8 @@ __all__ = ["EXECUTOR_OPTIONS", "Fleet", "RaySpawner", "Spawner"]
 
 EXECUTOR_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 """Options of an executor actor (restarted by Ray; its calls are never retried)."""
+_REWATCH_S = 1.0
+"""How long a watch waits before watching a restarting actor's next process."""
 
 
 class Spawner(Protocol):
@@ -38,6 +41,10 @@ class Spawner(Protocol):
 
     def release(self, handle: Any) -> None:
         """End ``handle``'s actor for good (one already gone is fine)."""
+
+    async def outlived(self, handle: Any) -> None:
+        """Return once ``handle``'s actor (an executor or a Code Mode queue) is dead for
+        good; never while it lives, or restarts."""
 
 
 class RaySpawner:
@@ -76,6 +83,17 @@ class RaySpawner:
         from .revive import release
 
         release(handle)
+
+    async def outlived(self, handle: Any) -> None:
+        from .errors import died_for_good
+
+        while True:
+            try:
+                await handle.outlive.remote()  # never answers while the actor lives
+            except Exception as exc:  # noqa: BLE001 - only a death for good ends the watch
+                if died_for_good(exc):
+                    return
+            await asyncio.sleep(_REWATCH_S)  # restarting (or a call that failed otherwise): watch again
 
 
 def _on(nodes: list[str], index: int) -> str | None:

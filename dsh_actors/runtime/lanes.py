@@ -22,7 +22,12 @@ together — without tying a fast call's result to a slow one's:
   soon as any result is ready, with every result ready by then, so results return in
   groups as they finish — an approval wait of an hour never holds the call batched
   beside it.
-- **Failures.** Each executor incarnation has an id that ``execute_batch`` answers; a
+- **Failures.** A call is not submitted to an executor this process's Ray already holds
+  dead for good (Ray would fail it unsent with the same error as a call that died inside
+  it): it fails with :class:`~.errors.HeldDead`, and its caller sends it elsewhere. After
+  the process of an executor on this node ended (the kernel says so through a pidfd, before
+  this loop reads its channel's end or Ray notices), a call made there waits until a new
+  channel is open or Ray has said whether the executor lives. Each executor incarnation has an id that ``execute_batch`` answers; a
   ``collect`` for another incarnation answers ``None``, so calls started by an executor
   that died and was restarted fail (``WORKER_CRASHED``) instead of waiting for results
   no one will send. A ``collect`` or ``execute_batch`` that fails fails its calls with
@@ -37,6 +42,8 @@ Plain asyncio: tests drive it without Ray.
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import uuid
 from typing import Any, Callable
 
@@ -45,7 +52,7 @@ import ray
 from .backoff import WHILE_RESTARTING
 from .channel import Channel, connect
 from .coalesce import Coalescer
-from .errors import WorkerCrashedError, died_for_good
+from .errors import ChannelLost, HeldDead, WorkerCrashedError, died_for_good, held_dead, never_reached
 from .mailboxes import COLLECT_WAIT_S, Item
 from .routes import this_node
 from .wire import Outcome
@@ -111,19 +118,34 @@ class _Lane:
         self._collecting = False
         self.channel: Channel | None = None  # open to this executor (it runs on this node)
         self._opening = False
+        self._held: list[SentCall] | None = None  # while its channel is lost and no new one settled
+        self._process: int | None = None  # a pidfd of the executor's process, while its channel is open
         self._connecting: asyncio.Task[None] | None = None
         self._node = node  # None: no channel (not on Ray, or the executor is elsewhere or dead)
         self._open_channel()
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if self.channel is not None and plan_box is None and hub is None and len(envelope) <= CHANNEL_ENVELOPE_MAX:
-            self.channel.send(call, envelope)
+        if self._held is None and self.process_ended():
+            self._held = []  # its channel's end is on its way: held until then, as below
+        if self._held is not None:
+            # Its process may be dead for good while this process's Ray does not know yet:
+            # an actor task sent now could die unsent and still read as a call that died
+            # inside it. So it waits until a channel is back or Ray has said (the routes
+            # avoid this executor meanwhile: few calls wait here).
+            self._held.append(call)
+        else:
+            self._route(call)
+        return call
+
+    def _route(self, call: SentCall) -> None:
+        if self.channel is not None and call.plan_box is None and call.hub is None \
+                and len(call.envelope) <= CHANNEL_ENVELOPE_MAX:
+            self.channel.send(call, call.envelope)
         elif not (self.batches.queued or self.batches.busy or self.pending or self.alone):
             self._send_alone(call)
         else:
             self.batches.add(call)
-        return call
 
     # --- the channel (calls streamed to an executor on this node) -----------------------
 
@@ -138,6 +160,7 @@ class _Lane:
             channel = await self._reach(node)
         finally:
             self._opening = False
+            self._release_held()
         if channel is not None:
             await channel.kept_open()
 
@@ -148,29 +171,71 @@ class _Lane:
             if not ray.is_initialized():  # this process left Ray (a call would start a new one)
                 return None
             try:
-                where, address, secret = await self.executor.channel.remote()
+                where, address, secret, pid = await self.executor.channel.remote()
                 if where != node:
                     self._node = None
                     return None
                 self.channel = await connect(address, secret, self._channel_lost)
+                self._follow_process(pid)
                 return self.channel
             except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
                 if died_for_good(exc):
                     self._node = None
                     return None
+                if never_reached(exc):  # restarting, as Ray now knows: a call sent now fails unsent
+                    self._release_held()
                 if pause is None:
                     return None  # (a later answer from the executor tries again)
                 await asyncio.sleep(pause)
         return None
 
+    def process_ended(self) -> bool:
+        """Whether the executor's process (on this node, its channel open) has ended, as
+        the kernel says now: a call is never sent to a process known gone, even before
+        this loop has read its channel's end or Ray has noticed (≈2 µs)."""
+        if self._process is None:
+            return False
+        try:
+            return bool(select.select([self._process], [], [], 0)[0])  # a pidfd reads ready once it exits
+        except (OSError, ValueError):
+            return False
+
+    def _follow_process(self, pid: int | None) -> None:
+        self._forget_process()
+        try:
+            self._process = os.pidfd_open(pid) if pid else None
+        except OSError:  # gone already, or another PID namespace: Ray's word alone then
+            self._process = None
+
+    def _forget_process(self) -> None:
+        if self._process is not None:
+            os.close(self._process)
+            self._process = None
+
+    def _release_held(self) -> None:
+        """Route the calls held since the channel was lost: on the new channel, or (Ray has
+        said whether the executor lives) as actor tasks."""
+        held, self._held = self._held or [], None
+        for call in held:
+            if not call.future.done():
+                self._route(call)
+
     def _channel_lost(self, channel: Channel) -> None:
         """The executor's process died or cut the channel: the next one gets a new one."""
         if self.channel is channel:
             self.channel = None
+            self._forget_process()
             if not channel.closing:  # closed here: its loop is ending
+                self._held = self._held or []
                 self._open_channel()
 
     def _send_alone(self, call: SentCall) -> None:
+        if held_dead(self.executor):  # Ray would fail it unsent, reading as if it died inside
+            call.fail(HeldDead(self.executor._actor_id.hex()))
+            return
+        if self.process_ended():
+            call.fail(ChannelLost(reached=False))
+            return
         execute = self.executor.execute
         if call.plan_box is None and call.hub is None:
             call.ref = execute.remote(call.envelope)
@@ -196,6 +261,10 @@ class _Lane:
         if len(calls) == 1 and not (self.pending or self.alone):
             self._send_alone(calls[0])
             return
+        if held_dead(self.executor):
+            raise HeldDead(self.executor._actor_id.hex())  # each call fails unsent (_failed_start)
+        if self.process_ended():
+            raise ChannelLost(reached=False)
         for call in calls:
             self._keys += 1
             call.key = self._keys
@@ -256,7 +325,10 @@ class _Lane:
     def cancel(self, call: SentCall) -> None:
         if call.future.done() and not call.future.cancelled():
             return  # answered (a future cancelled with its awaiting task still stops the call)
-        if call.channel is not None:
+        if self._held is not None and call in self._held:
+            self._held.remove(call)
+            call.resolve(Outcome.CANCELLED)
+        elif call.channel is not None:
             call.channel.cancel(call)
         elif call.ref is not None:
             try:
@@ -282,6 +354,7 @@ class Lanes:
         for lane in self._lanes.values():
             if lane.channel is not None:
                 lane.channel.discard()
+            lane._forget_process()
 
     def streams_to(self, executor: Any) -> bool:
         """Whether calls to ``executor`` go on its open channel now (so one that never

@@ -65,6 +65,7 @@ class RegistryService:
         self._approval_policy: str | None = None  # mounted with this default (None: not mounted)
         self._approvals_made = asyncio.Lock()
         self._watchers: set[asyncio.Task[Any]] = set()
+        self._watching: dict[str, asyncio.Task[None]] = {}  # pool members watched, by actor id
         self._leases = Leases(lambda: self._core.version)
 
     # the subscription protocol
@@ -73,6 +74,7 @@ class RegistryService:
         """A client's long poll on the version (see :mod:`.leases`): the version, and which
         agents have a scope of their own as of it (:meth:`RegistryCore.scoped_since`:
         whether the list is all of them, then the list)."""
+        self._watch_pools()
         version = await self._leases.poll(client, known)
         return (version, *self._core.scoped_since(known))
 
@@ -280,7 +282,30 @@ class RegistryService:
             nodes = await self._nodes()
             for actor_id in dead:
                 self._fleet.replace_executor(actor_id, nodes)
+        self._watch_pools()
         return self._fleet.executor_nodes()
+
+    def _watch_pools(self) -> None:
+        """Watch each executor and Code Mode queue not watched yet: one that dies for good
+        (``ray.kill``, its node lost) is replaced as soon as Ray says so, idle or not,
+        without waiting for a client to meet its death."""
+        members = [("executor", h) for h in self._fleet.executors] + [("queue", h) for h, _ in self._fleet.queues]
+        for kind, handle in members:
+            actor_id = self._fleet.spawner.actor_id(handle)
+            if actor_id not in self._watching:
+                self._watching[actor_id] = asyncio.get_running_loop().create_task(
+                    self._replace_when_dead(kind, handle, actor_id))
+
+    async def _replace_when_dead(self, kind: str, handle: Any, actor_id: str) -> None:
+        await self._fleet.spawner.outlived(handle)
+        nodes = await self._nodes()
+        if kind == "executor":
+            self._fleet.replace_executor(actor_id, nodes)  # (one a client reported is replaced already)
+        else:
+            self._fleet.replace_queue(actor_id, nodes)
+        log.warning("%s %s died for good: replaced", kind, actor_id)
+        del self._watching[actor_id]
+        self._watch_pools()  # its successor
 
     def code_queues(self) -> list[tuple[Any, str | None]]:
         """The Code Mode queue actors (queue-actor dispatch), each with its node."""

@@ -13,7 +13,11 @@ restarts it (calls sent to a restarting actor fail at once, and executions never
 when every candidate is avoided, a call first waits (up to :data:`REVIVAL_WAIT_S`) for a
 probe that runs nothing and that Ray may retry to reach the restarted process. One that
 died for good is reported with the next refresh of the routes: the registry replaces it
-before it answers, so the refreshed routes never hold the dead one.
+before it answers, so the refreshed routes never hold the dead one. An executor this
+process's Ray already holds dead is never picked: it is reported at once, so a call made
+after a death this process could know of is never sent to the dead one (the first pick
+of an executor in a process asks it once whether it lives, which is what makes Ray follow
+its state here).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import ray
 
 from ..core.within import within
-from .errors import ChannelLost, died_for_good
+from .errors import ChannelLost, died_for_good, held_dead, unfollowed
 from .link import RegistryLink
 
 __all__ = ["REVIVAL_WAIT_S", "SICK_S", "TURN_CALLS", "ExecutorRoutes"]
@@ -34,6 +38,9 @@ SICK_S = 5.0
 """How long a process avoids an executor that just failed a call (Ray is restarting it)."""
 REVIVAL_WAIT_S = 10.0
 """How long a call waits for a restarting executor when every candidate is restarting."""
+_DEAD_PICKS = 3
+"""How many executors one pick may find dead for good in a row (each one reported and
+replaced by the registry before the next is chosen) before it gives the call the last."""
 TURN_CALLS = 16
 """How many calls made in one turn of an event loop go to the same executor (so they
 travel as one batch) before the next executor's turn."""
@@ -87,10 +94,18 @@ class ExecutorRoutes:
         await self._link.actor_async()  # a registry seen gone fails the call: REGISTRY_UNAVAILABLE
         if not (self._local or self._others) or self._incarnation != self._link.incarnation:
             await self._refresh()
-        if avoid is None and self._turn_executor is not None and self._turn_calls < TURN_CALLS:
+        if avoid is None and self._turn_executor is not None and self._turn_calls < TURN_CALLS \
+                and not held_dead(self._turn_executor):
             self._turn_calls += 1
             return self._turn_executor
-        handle = self._choose(avoid)
+        for _ in range(_DEAD_PICKS):
+            handle = self._choose(avoid)
+            if unfollowed(handle):  # first use in this process: learn whether it lives
+                await self._revived(handle)
+            if not held_dead(handle):
+                break
+            self.failed(handle, died=True)  # seen dead before anything was sent to it
+            await self._refresh()  # the registry replaces it first
         if self._avoided(handle):
             await self._revived(handle)
         if self._turn_executor is None:  # a new turn: it ends when this loop turn does

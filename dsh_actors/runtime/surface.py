@@ -9,11 +9,14 @@ lane (:mod:`.lanes`) uses, so every route a call can take reaches either of them
   its outcome handed over by :meth:`~CallSurface.collect`, :mod:`.mailboxes`);
 - one frame on the actor's channel, from a caller on its node
   (:meth:`~CallSurface.channel`, :mod:`.channel_server`);
-- ``alive``, a probe that runs nothing.
+- ``alive``, a probe that runs nothing; ``outlive``, a call that never answers (its
+  failure is the news of a death).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 import ray
@@ -54,12 +57,18 @@ class CallSurface:
         """Cancel batched calls of ``client`` (each then answers *cancelled*)."""
         self._mail.cancel(client, keys)
 
-    async def channel(self) -> tuple[str, str, bytes]:
+    async def channel(self) -> tuple[str, str, bytes, int]:
         """Where a caller on this node streams its calls instead (see ``channel_server``):
-        ``(node id, socket address, secret)``. Calls there run as :meth:`execute` runs them."""
+        ``(node id, socket address, secret, pid)``. Calls there run as :meth:`execute` runs
+        them; the pid lets that caller see this process end before it sends anything else."""
         address, secret = await self._channel.open()
-        return ray.get_runtime_context().get_node_id(), address, secret
+        return ray.get_runtime_context().get_node_id(), address, secret, os.getpid()
 
     async def alive(self) -> str:
         """This process's incarnation: a probe that runs nothing."""
         return self._mail.incarnation
+
+    async def outlive(self) -> None:
+        """Never answers: how it fails tells its caller this actor died (the registry
+        watches its pools this way, so one dead for good is replaced at once)."""
+        await asyncio.Event().wait()

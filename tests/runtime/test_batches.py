@@ -409,3 +409,79 @@ def test_a_probe_that_fails_or_never_answers_lets_the_call_go_to_get_its_coded_r
 
     handle, picked = asyncio.run(scenario())
     assert picked is handle and handle.alive.sent == 1
+
+
+class _Held:
+    """What this process's Ray holds of an actor's state (``_get_local_state``): 0 until
+    it follows it, then 2 (alive) or 4 (dead for good)."""
+
+    def __init__(self, state=2):
+        self.state = state
+
+    def __call__(self):
+        return self.state
+
+
+def test_a_call_is_never_submitted_to_an_executor_this_process_holds_dead():
+    """Ray fails such a call unsent, with the error a call that died inside the actor
+    gets; the lane fails it as unsent instead, alone or in a batch, and submits nothing."""
+    from dsh_actors.runtime.errors import HeldDead, died_for_good, never_reached
+
+    async def scenario():
+        executor, lanes = FakeExecutor(), Lanes(asyncio.get_running_loop())
+        executor._get_local_state, executor._actor_id = _Held(), _Id("doomed")
+        first = lanes.send(executor, b"0.05:first")  # alone: the lane was idle
+        executor._get_local_state.state = 4
+        alone_and_batched = [lanes.send(executor, f"0:late {i}".encode()) for i in range(5)]
+        failures = await asyncio.gather(*alone_and_batched, return_exceptions=True)
+        await first
+        alone = lanes.send(executor, b"0:after")  # the lane idle again: this one would go alone
+        failures.append(*await asyncio.gather(alone, return_exceptions=True))
+        return failures, executor.sent
+
+    failures, sent = asyncio.run(scenario())
+    assert all(isinstance(f, HeldDead) and never_reached(f) and died_for_good(f) for f in failures), failures
+    assert sent == ["execute"]  # only the call made while it lived
+
+
+def test_an_executor_held_dead_is_reported_at_once_and_a_first_pick_asks_whether_it_lives():
+    from dsh_actors.runtime.routes import ExecutorRoutes
+
+    class Executor:
+        def __init__(self, name, state):
+            self._actor_id = _Id(name)
+            self._get_local_state = _Held(state)
+            self.alive = _Probe()
+
+    class Registry:
+        incarnation = 1
+
+        def __init__(self):
+            self.executors, self.reports = [Executor("first", 2)], []
+
+        async def actor_async(self):
+            return None
+
+        async def call(self, method, dead):
+            self.reports.append(list(dead))
+            if dead:  # replaced first; the successor is new to this process (state unknown)
+                self.executors = [Executor("successor", 0)]
+            return [(handle, None) for handle in self.executors]
+
+    async def scenario():
+        registry = Registry()
+        routes = ExecutorRoutes(registry)
+        first = await routes.pick()
+        first._get_local_state.state = 4  # ray.kill: this process's Ray now holds it dead
+        same_turn = asyncio.ensure_future(routes.pick())  # the turn's executor too is never reused dead
+        await asyncio.sleep(0.01)
+        successor = registry.executors[0]
+        asked = successor.alive.sent
+        successor._get_local_state.state = 2
+        successor.alive.done.set_result("incarnation")  # it answers: alive
+        return first, await same_turn, successor, asked, registry.reports
+
+    first, picked, successor, asked, reports = asyncio.run(scenario())
+    assert picked is successor and first is not successor
+    assert reports == [[], ["first"]]  # reported before anything was sent to it
+    assert asked == 1  # its first pick in this process asked it once whether it lives

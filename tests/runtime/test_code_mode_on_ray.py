@@ -224,8 +224,8 @@ def test_runs_made_right_after_idle_queues_die_go_to_live_queues_and_each_runs_o
     try:
         ran = Recorder.remote()
 
-        def marked(args, ctx):
-            ray.get(ran.add.remote(args["text"]))  # counted outside the queue, before it answers
+        async def marked(args, ctx):
+            await ran.add.remote(args["text"])  # counted outside the queue, before it answers
             return [text_block(args["text"])]
 
         registry.register(echo(execute=marked)).result(T)

@@ -295,11 +295,11 @@ def test_many_calls_from_many_agents_at_once_each_get_their_own_result(registry)
 def test_a_change_during_an_in_flight_call_never_mixes_two_views(registry):
     gate, started = Recorder.remote(), Recorder.remote()
 
-    def slow(args, ctx):
+    async def slow(args, ctx):
         started.add.remote("body")
         deadline = time.monotonic() + 20
-        while not ray.get(gate.all.remote()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not await gate.all.remote() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         return [text_block("old view")]
 
     registry.register(echo(execute=slow)).result(T)
@@ -359,9 +359,9 @@ def test_the_reference_policies_run_inside_execution_tasks(registry):
 
     attempts = Recorder.remote()
 
-    def flaky(args, ctx):
-        attempts.add.remote(1)
-        if len(ray.get(attempts.all.remote())) < 2:
+    async def flaky(args, ctx):
+        await attempts.add.remote(1)
+        if len(await attempts.all.remote()) < 2:
             raise RuntimeError("first attempt fails")
         return [text_block("second attempt")]
 

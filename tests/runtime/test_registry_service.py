@@ -144,3 +144,33 @@ def test_the_changes_a_client_missed_beyond_what_is_kept_come_as_the_whole_set(m
     core.drop_journal("agent-5")
     core.bump()
     assert core.scoped_since(core.version - 1) == (False, [("agent-5", False)])
+
+
+def test_an_executor_or_queue_killed_for_good_is_replaced_though_no_client_met_its_death(run):
+    """The registry watches its pools: an idle member that dies for good is replaced as
+    soon as its watch hears of it, and no answer of the registry names it afterwards."""
+    async def scenario():
+        handle = FakeActor()
+        spawner = FakeSpawner()
+        handle.obj = RegistryService(RegistryConfig("r", "ns", mode="code", code_dispatch="queue-actor"),
+                                     spawner=spawner, versions=MemoryVersions())
+        await handle.subscribe.remote("client", -1)  # a client connects: the pools are watched
+        before = [h for h, _ in await handle.executor_nodes.remote()]
+        queue = (await handle.code_queues.remote())[0][0]
+        spawner.kill(before[0])
+        spawner.kill(queue)
+        for _ in range(20):  # each watch runs on the loop: a few turns
+            await asyncio.sleep(0)
+        after = [h for h, _ in await handle.executor_nodes.remote()]
+        queues = [h for h, _ in await handle.code_queues.remote()]
+        spawner.kill(after[0])  # its successor is watched too
+        for _ in range(20):
+            await asyncio.sleep(0)
+        again = [h for h, _ in await handle.executor_nodes.remote()]
+        return before, after, queue, queues, again, spawner
+
+    before, after, queue, queues, again, spawner = run(scenario())
+    assert after[0] is not before[0] and after[1] is before[1]
+    assert queue not in queues and len(queues) == 2 and not any(q.dead for q in queues)
+    assert again[0] is not after[0] and not again[0].dead
+    assert [kind for kind, _ in spawner.spawned].count("executor") == 4  # two, then one per death
