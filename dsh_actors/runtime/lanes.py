@@ -126,13 +126,7 @@ class _Lane:
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if self._held is None and self.process_ended():
-            self._held = []  # its channel's end is on its way: held until then, as below
         if self._held is not None:
-            # Its process may be dead for good while this process's Ray does not know yet:
-            # an actor task sent now could die unsent and still read as a call that died
-            # inside it. So it waits until a channel is back or Ray has said (the routes
-            # avoid this executor meanwhile: few calls wait here).
             self._held.append(call)
         else:
             self._route(call)
@@ -141,7 +135,13 @@ class _Lane:
     def _route(self, call: SentCall) -> None:
         if self.channel is not None and call.plan_box is None and call.hub is None \
                 and len(call.envelope) <= CHANNEL_ENVELOPE_MAX:
-            self.channel.send(call, call.envelope)
+            self.channel.send(call, call.envelope)  # (the channel's end fails it unsent, if so)
+        elif self.process_ended():
+            # Its process may be dead for good while this process's Ray does not know yet:
+            # an actor task sent now could die unsent and still read as a call that died
+            # inside it. So calls wait until a channel is back or Ray has said (its
+            # channel's end is on its way; the routes avoid this executor meanwhile).
+            self._held = [call]
         elif not (self.batches.queued or self.batches.busy or self.pending or self.alone):
             self._send_alone(call)
         else:
