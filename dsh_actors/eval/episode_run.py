@@ -29,6 +29,7 @@ from ..agent import Budgets, ChatModel, run_agent, score
 from ..core import telemetry
 from ..core.errors import HarnessError, error_message
 from ..core.types import ToolDefinition
+from ..log.frames import read_records
 from ..prompt import SystemPrompt
 from ..render import render_card
 from ..runtime.client import ToolRegistry
@@ -291,8 +292,20 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
     finally:
         await scope.close()
         if session is not None:
-            _count_logged(report, await session.close())
+            summary = await session.close()
+            _count_logged(report, summary)
+            if report.status == "ok" and summary is not None and not await asyncio.to_thread(_on_disk, log_path, summary):
+                report.status, report.message = "failed", f"its log {log_path} does not hold what its writer took"
     return report, log_path
+
+
+def _on_disk(log_path: Path | None, summary: dict[str, Any]) -> bool:
+    """Whether the episode's log file is there with every event its writer acknowledged
+    (a report that says ``ok`` must never stand beside a missing or emptied trajectory)."""
+    try:
+        return log_path is not None and summary["events"] == len(read_records(log_path))
+    except (OSError, HarnessError):
+        return False
 
 
 def _count_logged(report: EpisodeReport, summary: dict[str, Any] | None) -> None:

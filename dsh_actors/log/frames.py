@@ -312,6 +312,15 @@ class FrameFile:
         self._last_sync = time.monotonic()
         self._dirty = False
 
+    def at_its_path(self) -> bool:
+        """Whether the file this holds open is still the one at its path (not removed or
+        replaced since: appends to a file nobody can reach would be lost)."""
+        try:
+            here, there = os.fstat(self.fileno()), os.stat(self.path)
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
     def fileno(self) -> int:
         return self._file.fileno()
 

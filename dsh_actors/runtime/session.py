@@ -196,6 +196,13 @@ class SessionWriterCore:
         (its holders are known dead): then it is closed there first. Without ``create``
         a missing file raises :class:`FileNotFoundError` (a close never makes one)."""
         resolved = str(Path(path).resolve())
+        stale = self._files.get(resolved)
+        if stale is not None and not stale.at_its_path():
+            # Its file was removed or replaced under it (an episode run again starts a new
+            # log where its dead attempt's was): whoever joined it would write where no one
+            # can read. Every session on it ends; this open starts the file anew.
+            for session_id_on_it in [s for s, p in self._sessions.items() if p == resolved]:
+                self.close(session_id_on_it)
         if not create and resolved not in self._files and not os.path.exists(resolved):
             raise FileNotFoundError(f"{resolved}: the session's log is gone")
         if take_over and self._sessions.get(session_id, resolved) != resolved:

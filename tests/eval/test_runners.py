@@ -23,6 +23,7 @@ import ray
 from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes
 from dsh_actors.eval.runners import RUNNER_PREFIX
+from dsh_actors.log.frames import read_records
 from dsh_actors.runtime.wire import approvals_actor_name
 
 from ..runtime.fixtures import WhenMarked
@@ -142,9 +143,15 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
             os.kill(ray.get(runner.pid.remote()), signal.SIGKILL)
 
     killer = WhenMarked(marks, 4, stop_one)
+    out = tmp_path / "out"
     reports = collect(run_episodes([episode(i, calls=4, file_work=False) for i in range(12)], name=f"kill-{kill[:3]}",
-                                   tools=[marking_tool(marks, sleep_s=0.3)], in_flight=12, reference_tools=False))
+                                   tools=[marking_tool(marks, sleep_s=0.3)], in_flight=12, reference_tools=False,
+                                   out=out))
     assert killer.join()
+    for report in reports:  # every trajectory whole: its last attempt's every event, on disk where it says
+        events = [e["type"] for e in read_records(out / "logs" / f"{report.id}.log")]
+        assert events.count("tool/result") == 4 and events[0] == "turn/start" and events[-1] == "turn/end", \
+            (report.id, report.attempts, events)
     ids = [r.id for r in reports]
     assert sorted(ids) == [f"ep-{i:03d}" for i in range(12)] and len(set(ids)) == 12  # none lost, none twice
     rerun = [r for r in reports if r.attempts == 2]

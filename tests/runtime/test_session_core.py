@@ -5,6 +5,7 @@ import msgpack
 import pytest
 
 from dsh_actors.log import FrameFile
+from dsh_actors.log.frames import read_records
 from dsh_actors.runtime.session import SessionWriterCore
 
 pytestmark = pytest.mark.timeout(30)
@@ -133,3 +134,20 @@ def test_a_writers_notes_are_compacted_as_sessions_come_and_go(tmp_path, monkeyp
     core.file("kept").close()
     assert len(notes.read_text().splitlines()) <= 10 + 2  # not two lines for every session there ever was
     assert SessionWriterCore(str(notes)).directory.where("kept")["path"] == str(tmp_path / "kept.log")
+
+
+def test_a_session_whose_file_was_removed_under_it_is_opened_anew_not_joined(tmp_path):
+    """An episode run again (its runner died, or its job was resumed) removes its dead
+    attempt's log and opens the same session id over the same path: the writer, still
+    holding the dead attempt's session, must not go on writing into the unlinked file."""
+    core, path = SessionWriterCore(), tmp_path / "ep.log"
+    first = core.commit([("open", "agent", str(path), "always", 0.05, "dead-runner"),
+                         ("append", "agent", packed({"type": "turn/start"}, {"type": "turn/end"}))])
+    assert [r[0] for r in first] == ["ok", "ok"]
+    path.unlink()  # the rerun's fresh files
+    again = core.commit([("open", "agent", str(path), "always", 0.05, "new-runner"),
+                         ("append", "agent", packed({"type": "turn/start"}, {"type": "user/message", "content": "x"})),
+                         ("close", "agent")])
+    assert [r[0] for r in again] == ["ok", "ok", "ok"] and again[2][1]["events"] == 2
+    assert [e["type"] for e in read_records(path)] == ["turn/start", "user/message"]  # all of the last attempt
+    assert core.holders("agent") == set()
