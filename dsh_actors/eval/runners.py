@@ -33,7 +33,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agent import ChatModel, ModelConfig
-from ..core import telemetry
+from ..core import trace_export
 from ..core.errors import error_message
 from ..core.within import within
 from ..runtime import metrics
@@ -85,7 +85,7 @@ class EpisodeRunnerCore:
 
     def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, fleet_size: int,
                  live: bool, ship_logs: bool) -> None:
-        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
+        trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._registries = registries
         self._files = files
         self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly

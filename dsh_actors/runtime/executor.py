@@ -35,7 +35,7 @@ import ray
 
 from ..core.body import BODY_RUNNER
 from ..core.errors import ToolTimeoutError, outcome_of
-from ..core import pipeline, telemetry
+from ..core import pipeline, telemetry, trace_export
 from ..core.jsonvalue import FrozenDict
 from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
@@ -144,7 +144,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     """Run one tool body (its definition from the call's plan) in this task; returns the
     body's value and the contexts it deferred. Only bodies with Ray options come here."""
     global _body_loop
-    telemetry.configure()
+    trace_export.configure()
     call = Envelope.unpack(envelope)
     plan = _body_plans.get(call["plan"])
     if plan is None:
@@ -281,7 +281,7 @@ class ExecutorCore(CallSurface):
 
     def __init__(self, registry: str, namespace: str, threads: int = 32, calls: int = 10_000) -> None:
         self.registry, self.namespace = registry, namespace
-        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
+        trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._take_calls()

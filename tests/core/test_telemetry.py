@@ -95,20 +95,3 @@ def test_a_carrier_makes_the_far_side_a_child_and_nothing_is_made_when_not_asked
     assert far.parent.span_id == caller.get_span_context().span_id
     assert far.context.trace_id == caller.get_span_context().trace_id
     assert telemetry.carrier() is None  # no current span: nothing to send
-
-
-@pytest.mark.timeout(T)
-def test_a_tracing_setup_that_cannot_work_leaves_tracing_off_and_never_raises(tmp_path):
-    import subprocess
-    import sys
-
-    script = ("from dsh_actors.core import telemetry\n"
-              "telemetry.configure()\n"
-              "print('tracing', telemetry.tracing())\n")
-    for env, said in (({"DSH_TRACE_FILE": str(tmp_path / "no" / "such" / "spans.jsonl")}, "No such file"),
-                      ({"OTEL_TRACES_EXPORTER": "no-such-exporter"}, "which no installed package provides")):
-        done = subprocess.run([sys.executable, "-c", script], env={"PATH": "/usr/bin:/bin", **env},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "tracing False" and said in done.stderr, (done.stdout, done.stderr)
-        assert "tracing is off in this process" in done.stderr  # said in the process's log, not raised

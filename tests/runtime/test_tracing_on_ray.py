@@ -19,10 +19,10 @@ ray.init(address=address, runtime_env={"env_vars": {"DSH_TRACE_FILE": path}}, lo
          log_to_driver=False)
 from dsh_actors import define_tool, text_block
 from dsh_actors.codemode.runtime import CodeRuntimeConfig
-from dsh_actors.core import telemetry
+from dsh_actors.core import telemetry, trace_export
 from dsh_actors.runtime import ToolRegistry
 
-telemetry.configure()
+trace_export.configure()
 echo = define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}},
                    execute=lambda a, c: [text_block(a.get("text", ""))])
 heavy = define_tool(name="heavy", description="runs in a task of its own", parameters={},
