@@ -54,6 +54,7 @@ from .routes import this_node
 from .signals import portable_reason
 from .session import SessionLog
 from .surface import CallSurface
+from .traces import FlushesSpans
 from .wire import Outcome
 
 __all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
@@ -85,7 +86,7 @@ def _unpack_run(raw: bytes, signal: Any, deferred: list[Any]) -> tuple[str, str,
     return run_id, code, ToolRunContext(execution, deferred, names)
 
 
-class CodeRunQueueService(CallSurface):
+class CodeRunQueueService(CallSurface, FlushesSpans):
     """Hosts many runs and their queues (see the module docs). A run arrives like a call
     to an executor (:class:`~.surface.CallSurface`): from its executor on this node as a
     frame on this queue's channel, else as an actor task."""

@@ -47,14 +47,20 @@ from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
 from .surface import CallSurface
+from .traces import FlushesSpans
 from .transport import LocalTransport
 from .version import read_version
 from .wire import Envelope, Outcome
 
-__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
+__all__ = ["BODY_FLUSH_S", "CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
 
 CANCEL_GRACE_S = 2.0
 """How long a cancelled body task gets to stop on its own before its worker is killed."""
+BODY_FLUSH_S = 1.0
+"""How long a traced body task waits for its spans to be exported before it returns (a
+task's worker is pooled and ended with the job: nobody can ask it later). One export per
+task; with the collector down, a task waits this long, and the next ones (while that
+export is stuck) not at all."""
 _PLANS = 256
 
 
@@ -168,6 +174,8 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     finally:
         if stop is not None:
             stop()
+        if telemetry.tracing():  # nobody holds this worker to ask later, and the job's end kills it
+            trace_export.flush(BODY_FLUSH_S)
     return value, deferred
 
 
@@ -270,7 +278,7 @@ def _count_denial(stage: str, kind: str, tool: str) -> None:
 
 telemetry.on_denial(_count_denial)
 
-class ExecutorCore(CallSurface):
+class ExecutorCore(CallSurface, FlushesSpans):
     """Runs calls' pipelines as coroutines on one event loop (see the module docs).
 
     ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
