@@ -3,6 +3,7 @@ a Ray task or a Code Mode sub-call — asserted from the spans every process app
 file (DSH_TRACE_FILE, set for the driver's job through its runtime_env)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -80,3 +81,26 @@ def test_a_driver_call_its_executor_its_body_task_and_a_code_mode_sub_call_are_o
     missing = named("execute_tool nope")
     assert missing["attributes"]["error.type"] == "UNKNOWN_TOOL" and missing["status"] == "ERROR"
     assert all(s["attributes"].get("dsh.agent") == "tracer" for s in ours if s["name"].startswith("execute_tool"))
+
+
+CARRIER = r'''
+import json, os, sys
+import ray
+from dsh_actors.runtime.local import ensure_ray
+ensure_ray(address=sys.argv[1], logging_level="ERROR", log_to_driver=False,
+           runtime_env={"env_vars": {"OTEL_SERVICE_NAME": "the-operators"}})
+names = ("OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "DSH_TRACE_CONTENT", "DSH_TEST_NOT_TRACING")
+seen = ray.remote(num_cpus=0)(lambda: {name: os.environ.get(name) for name in names})
+print(json.dumps(ray.get(seen.remote(), timeout=120)))
+'''
+
+
+@pytest.mark.timeout(T)
+def test_a_driver_hands_its_workers_its_tracing_variables_alone_and_a_runtime_env_it_is_given_wins(ray_cluster):
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "OTEL_SERVICE_NAME": "the-shells", "DSH_TRACE_CONTENT": "1",
+           "DSH_TEST_NOT_TRACING": "a secret"}
+    done = subprocess.run([sys.executable, "-c", CARRIER, ray_cluster["cluster"].address], env=env,
+                          capture_output=True, text=True, timeout=T - 30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"OTEL_TRACES_EXPORTER": "none", "OTEL_SERVICE_NAME": "the-operators",
+                                                        "DSH_TRACE_CONTENT": "1", "DSH_TEST_NOT_TRACING": None}
