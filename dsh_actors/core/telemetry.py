@@ -13,7 +13,7 @@ configured (by the caller, or in each of the runtime's processes from its enviro
 The trace context crosses processes as a W3C ``traceparent`` carrier (:func:`carrier`),
 which the runtime puts in each call's envelope: its parent is the caller's current span,
 or, for a Code Mode sub-call, its ``run_code`` call's span (:func:`carrier` with the
-parent's token).
+parent's token; :func:`open_elsewhere` where a queue actor hosts the run).
 
 Pure: only ``opentelemetry-api``; the runtime adds metrics through :func:`on_denial`.
 """
@@ -28,8 +28,8 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-__all__ = ["TRACER", "agent_span", "carrier", "chat_span", "decided", "on_denial", "record_chat", "record_result",
-           "span_from", "staged", "tool_span", "tracing"]
+__all__ = ["TRACER", "agent_span", "carrier", "chat_span", "decided", "on_denial", "open_elsewhere", "record_chat",
+           "record_result", "span_from", "staged", "tool_span", "tracing"]
 
 TRACER = trace.get_tracer("dsh_actors")
 _UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -88,6 +88,21 @@ def tool_span(execution: Any, parent: Mapping[str, str] | None = None) -> Iterat
             yield span
         finally:
             _open.pop(token, None)
+
+
+@contextlib.contextmanager
+def open_elsewhere(token: Any, parent: Mapping[str, str] | None) -> Iterator[None]:
+    """While a call whose span is open in another process has its sub-calls made in this one
+    (a ``run_code`` hosted by a Code Mode queue): :func:`carrier` of its ``token`` is that
+    span (``parent``: its carrier), so the sub-calls are its children here too."""
+    if not tracing() or not parent:
+        yield
+        return
+    _open[token] = trace.get_current_span(propagate.extract(parent))
+    try:
+        yield
+    finally:
+        _open.pop(token, None)
 
 
 def record_result(span: Span | None, result: Mapping[str, Any]) -> None:

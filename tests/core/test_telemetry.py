@@ -95,3 +95,19 @@ def test_a_carrier_makes_the_far_side_a_child_and_nothing_is_made_when_not_asked
     assert far.parent.span_id == caller.get_span_context().span_id
     assert far.context.trace_id == caller.get_span_context().trace_id
     assert telemetry.carrier() is None  # no current span: nothing to send
+
+
+@pytest.mark.timeout(T)
+def test_a_run_hosted_away_from_its_run_code_span_still_parents_its_sub_calls():
+    with collected() as spans:
+        with telemetry.TRACER.start_as_current_span("execute_tool run_code") as run:
+            sent = telemetry.carrier()  # what travels with the run to the queue hosting it
+        run_token = object()
+        with telemetry.open_elsewhere(run_token, sent):
+            handed = telemetry.carrier(run_token)  # what a sub-call made there sends
+        with telemetry.span_from(handed, "execute_tool echo"):
+            pass
+    sub = by_name(spans)["execute_tool echo"]
+    assert sub.parent.span_id == run.get_span_context().span_id
+    assert sub.context.trace_id == run.get_span_context().trace_id
+    assert telemetry.carrier(run_token) is None  # the run ended: nothing of it is left
