@@ -40,8 +40,8 @@ ONE_PROCESS = r'''
 import asyncio, json, sys, time
 from dsh_actors import InMemoryRegistry, define_tool, text_block
 if sys.argv[1] == "on":
-    from dsh_actors.core import telemetry
-    telemetry.configure()
+    from dsh_actors.core import trace_export
+    trace_export.configure()
 registry = InMemoryRegistry()
 registry.register(define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}},
                               execute=lambda a, c: [text_block(a["text"])]))
@@ -67,8 +67,8 @@ ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 from dsh_actors import define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 if sys.argv[1] == "on":
-    from dsh_actors.core import telemetry
-    telemetry.configure()
+    from dsh_actors.core import trace_export
+    trace_export.configure()
 def machine_cpu():
     v = [int(x) for x in open("/proc/stat").read().split()[1:9]]
     return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")

@@ -92,6 +92,15 @@ def cluster_env(ray_cluster):
 
 
 @pytest.fixture
+def otlp_receiver():
+    """A real OTLP/HTTP trace receiver on loopback for one test (``tests/otlp.py``)."""
+    from tests.otlp import receiving
+
+    with receiving() as receiver:
+        yield receiver
+
+
+@pytest.fixture
 def run():
     """Run a coroutine to completion on a fresh event loop."""
     return lambda coroutine: asyncio.run(coroutine)

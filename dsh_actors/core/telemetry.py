@@ -8,11 +8,12 @@ work to do: ``pre_execute``, ``approval`` (an ask's wait), ``guards``, ``dispatc
 attributes only when ``DSH_TRACE_CONTENT=1`` (the conventions make them opt-in).
 
 Nothing here costs more than a check of the global tracer provider until one is
-configured (by the caller, or in each of the runtime's processes by :func:`configure`).
+configured (by the caller, or in each of the runtime's processes from its environment:
+:mod:`.trace_export`, which also says where the spans go).
 The trace context crosses processes as a W3C ``traceparent`` carrier (:func:`carrier`),
 which the runtime puts in each call's envelope: its parent is the caller's current span,
 or, for a Code Mode sub-call, its ``run_code`` call's span (:func:`carrier` with the
-parent's token).
+parent's token; :func:`open_elsewhere` where a queue actor hosts the run).
 
 Pure: only ``opentelemetry-api``; the runtime adds metrics through :func:`on_denial`.
 """
@@ -27,7 +28,7 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-__all__ = ["TRACER", "agent_span", "carrier", "chat_span", "configure", "decided", "on_denial", "record_chat",
+__all__ = ["TRACER", "agent_span", "carrier", "chat_span", "decided", "on_denial", "open_elsewhere", "record_chat",
            "record_result", "span_from", "staged", "tool_span", "tracing"]
 
 TRACER = trace.get_tracer("dsh_actors")
@@ -87,6 +88,21 @@ def tool_span(execution: Any, parent: Mapping[str, str] | None = None) -> Iterat
             yield span
         finally:
             _open.pop(token, None)
+
+
+@contextlib.contextmanager
+def open_elsewhere(token: Any, parent: Mapping[str, str] | None) -> Iterator[None]:
+    """While a call whose span is open in another process has its sub-calls made in this one
+    (a ``run_code`` hosted by a Code Mode queue): :func:`carrier` of its ``token`` is that
+    span (``parent``: its carrier), so the sub-calls are its children here too."""
+    if not tracing() or not parent:
+        yield
+        return
+    _open[token] = trace.get_current_span(propagate.extract(parent))
+    try:
+        yield
+    finally:
+        _open.pop(token, None)
 
 
 def record_result(span: Span | None, result: Mapping[str, Any]) -> None:
@@ -186,58 +202,3 @@ def record_chat(span: Any, *, prompt_tokens: int = 0, completion_tokens: int = 0
     if error:
         span.set_attribute("error.type", error)
         span.set_status(Status(StatusCode.ERROR, error))
-
-
-_configured: list[bool] = []
-
-
-def configure() -> None:
-    """Set this process's tracer provider from its environment, once: ``DSH_TRACE_FILE``
-    (spans as JSON lines appended to that file, for offline runs and tests) or the
-    standard ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``… through the exporters'
-    entry points, with ``OTEL_*`` settings). Needs ``opentelemetry-sdk``; without it, or
-    with neither variable set, nothing happens. A provider already set is kept. It never
-    raises: a file it cannot open or an exporter that fails to load leaves tracing off in
-    this process, with a warning in its log."""
-    if _configured:
-        return
-    _configured.append(True)
-    try:
-        _configure()
-    except Exception as exc:  # noqa: BLE001 - a tracing setup that fails must never stop the process's work
-        import logging
-
-        logging.getLogger("dsh_actors.telemetry").warning("tracing is off in this process: %s", exc)
-
-
-def _configure() -> None:
-    trace.get_tracer_provider()  # resolves OTEL_PYTHON_TRACER_PROVIDER, if that is how it is set
-    if tracing():
-        return
-    path = os.environ.get("DSH_TRACE_FILE")
-    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER")
-    if not path and (not exporter_name or exporter_name == "none"):
-        return
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    except ImportError:
-        return
-    provider = TracerProvider(resource=Resource.create())
-    if path:
-        from ._span_file import JsonLinesSpanExporter
-
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
-    if exporter_name and exporter_name != "none":
-        from importlib.metadata import entry_points
-
-        for name in exporter_name.split(","):
-            found = list(entry_points(group="opentelemetry_traces_exporter", name=name.strip()))
-            if not found:
-                known = sorted(e.name for e in entry_points(group="opentelemetry_traces_exporter"))
-                raise ValueError(f"OTEL_TRACES_EXPORTER names {name.strip()!r}, which no installed package provides "
-                                 f"(installed: {', '.join(known) or 'none'})")
-            for entry in found:
-                provider.add_span_processor(BatchSpanProcessor(entry.load()()))
-    trace.set_tracer_provider(provider)

@@ -41,6 +41,7 @@ from tqdm import tqdm
 from ..agent import ModelConfig
 from ..agent.model import content_text
 from ..codemode.runtime import CodeRuntimeConfig
+from ..core import trace_export
 from ..core.errors import HarnessError
 from ..core.jsonvalue import thaw
 from ..core.registry import RUN_CODE, snapshot_definition
@@ -114,7 +115,9 @@ class _Job:
     async def run(self, works: list[Work], *, in_flight: int, runners_per_node: int | None,
                   on_card: Callable[[str], None] | None,
                   runner_options: dict[str, Any] | None) -> AsyncGenerator[list[EpisodeReport], None]:
-        """The works' reports, in lists of those that finished together."""
+        """The works' reports, in lists of those that finished together. Ends what it
+        made, each actor's spans flushed first, and this process's last."""
+        trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         registries: dict[str, ToolRegistry] = {}
         fleet: RunnerFleet | None = None
         logs = self.out / "logs" if self.out is not None and not self.files.shared else None
@@ -158,6 +161,7 @@ class _Job:
                         await asyncio.to_thread(registry.shutdown)
                     except Exception:  # noqa: BLE001 - the others are still ended
                         pass
+                await asyncio.to_thread(trace_export.flush)
 
     async def _set_up(self, registry: ToolRegistry, works: list[Work]) -> None:
         """The job's policies, tools and approval policy in ``registry``."""

@@ -33,12 +33,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agent import ChatModel, ModelConfig
-from ..core import telemetry
+from ..core import trace_export
 from ..core.errors import error_message
 from ..core.within import within
 from ..runtime import metrics
 from ..runtime.client import ToolRegistry
 from ..runtime.errors import ACTOR_GONE, RAY_ERROR
+from ..runtime.traces import FlushesSpans, flush_actors
 from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
 from .episode_run import JobFiles, run_episode, started_report, unpack_folder
@@ -79,13 +80,13 @@ def default_runners_per_node(cpus: float) -> int:
     return max(1, min(8, int(cpus) // 4))
 
 
-class EpisodeRunnerCore:
+class EpisodeRunnerCore(FlushesSpans):
     """What runs inside a runner: the job's registries (by mode), where its files go, the
     workspace template (unpacked once on this node), one model client per endpoint."""
 
     def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, fleet_size: int,
                  live: bool, ship_logs: bool) -> None:
-        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
+        trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._registries = registries
         self._files = files
         self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly
@@ -440,15 +441,18 @@ class RunnerFleet:
             self._out.put_nowait({"report": report.to_json(), "log": None})
 
     async def close(self) -> None:
-        """End the runners: each closes its model clients (for up to 10 s), then every
-        runner made is killed, whatever happens to this coroutine meanwhile."""
+        """End the runners: each closes its model clients (for up to 10 s) and flushes its
+        spans (:func:`~dsh_actors.runtime.traces.flush_actors`), then every runner made is
+        killed, whatever happens to this coroutine meanwhile."""
         for task in list(self._drivers):
             task.cancel()
         try:
-            alive = [r for r in self._runners if r.alive]
-            await within(asyncio.gather(*(r.handle.close.remote() for r in alive), return_exceptions=True), 10)
-        except TimeoutError:
-            pass  # (a cancel goes on up, once every runner is killed below)
-        finally:
+            alive = [r.handle for r in self._runners if r.alive]
+            try:
+                await within(asyncio.gather(*(h.close.remote() for h in alive), return_exceptions=True), 10)
+            except TimeoutError:
+                pass
+            await flush_actors(alive)  # a killed process's batch dies with it
+        finally:  # (a cancel goes on up, once every runner is killed)
             for handle in self._made:
                 ray.kill(handle, no_restart=True)

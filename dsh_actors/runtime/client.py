@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
 from ..core.errors import DefinitionError
+from ..core.trace_export import FLUSH_S
 from ..core.registry import EXCLUSIVE, RUN_CODE, Event, call_fields, check_guard, check_listener, \
     execution_mode, snapshot_definition, unscoped_restriction
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
@@ -347,12 +348,17 @@ class ToolRegistry(_Registrar):
         return Plugin(self, name)
 
     def shutdown(self) -> None:
-        """Kill the registry actor and every scope host it made (ends the registry)."""
+        """Kill the registry actor and every scope host it made (ends the registry; its
+        executors and queues end with it, once they flushed their spans)."""
         handle = self._handle()
         try:
             scopes = ray.get(handle.scope_handles.remote(), timeout=30)
         except RAY_ERROR:
             scopes = []
+        try:
+            ray.get(handle.flush_spans.remote(FLUSH_S), timeout=FLUSH_S + 5)
+        except RAY_ERROR:
+            pass  # a registry already gone: its fleet went with it
         for scope in scopes:
             release(scope)
         ray.kill(handle)

@@ -40,6 +40,7 @@ import ray
 from ..codemode.backends import resolved_backend
 from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
 from ..codemode.transport import RUN_CODE, build_run_code
+from ..core import telemetry
 from ..core.signal import AbortController
 from ..core.errors import HarnessError
 from ..core.types import (ToolDefinition, ToolExecution, ToolExecutionResult, ToolRunContext, token_from_bytes,
@@ -54,6 +55,7 @@ from .routes import this_node
 from .signals import portable_reason
 from .session import SessionLog
 from .surface import CallSurface
+from .traces import FlushesSpans
 from .wire import Outcome
 
 __all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
@@ -69,23 +71,26 @@ QUEUE_OPTIONS = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0}
 
 def pack_run(run_id: str, code: str, ctx: ToolRunContext) -> bytes:
     """One run on its way to its queue: a msgpack bytes value (the channel's and an actor
-    task's cheapest argument) with what the run's body reads of its context."""
+    task's cheapest argument) with what the run's body reads of its context, and its call's
+    trace context (its sub-calls' parent)."""
     parent = ctx.parent
     return msgpack.packb([run_id, code, ctx.call_id, ctx.agent, token_to_bytes(ctx.token),
-                          None if parent is None else token_to_bytes(parent), sorted(ctx.visible)])
+                          None if parent is None else token_to_bytes(parent), sorted(ctx.visible),
+                          telemetry.carrier(ctx.token)])
 
 
-def _unpack_run(raw: bytes, signal: Any, deferred: list[Any]) -> tuple[str, str, ToolRunContext]:
-    run_id, code, call_id, agent, token, parent, visible = msgpack.unpackb(raw)
+def _unpack_run(raw: bytes, signal: Any,
+                deferred: list[Any]) -> tuple[str, str, ToolRunContext, dict[str, str] | None]:
+    run_id, code, call_id, agent, token, parent, visible, trace = msgpack.unpackb(raw)
     execution = ToolExecution(call_id=call_id, name=RUN_CODE, arguments={"code": code}, agent=agent,
                               parent=None if parent is None else token_from_bytes(parent), signal=signal,
                               token=token_from_bytes(token))
     # The body reads only the names it binds (its sub-calls resolve their definitions here).
     names = cast("Mapping[str, ToolDefinition]", dict.fromkeys(visible))
-    return run_id, code, ToolRunContext(execution, deferred, names)
+    return run_id, code, ToolRunContext(execution, deferred, names), trace
 
 
-class CodeRunQueueService(CallSurface):
+class CodeRunQueueService(CallSurface, FlushesSpans):
     """Hosts many runs and their queues (see the module docs). A run arrives like a call
     to an executor (:class:`~.surface.CallSurface`): from its executor on this node as a
     frame on this queue's channel, else as an actor task."""
@@ -122,9 +127,10 @@ class CodeRunQueueService(CallSurface):
         deferred: list[Any] = []
         run_id = msgpack.unpackb(envelope)[0]
         controller = self._begin(run_id)
-        _, code, ctx = _unpack_run(envelope, controller.signal, deferred)
+        _, code, ctx, trace = _unpack_run(envelope, controller.signal, deferred)
         try:
-            answer: tuple[Any, BaseException | None] = (await self._run_code.execute({"code": code}, ctx), None)
+            with telemetry.open_elsewhere(ctx.token, trace):  # its sub-calls' spans: children of its run_code's
+                answer: tuple[Any, BaseException | None] = (await self._run_code.execute({"code": code}, ctx), None)
         except Exception as exc:  # the run's own failure (CodeRunFailedError, a runtime refused): its caller's
             answer = (None, exc)
         finally:

@@ -35,7 +35,7 @@ import ray
 
 from ..core.body import BODY_RUNNER
 from ..core.errors import ToolTimeoutError, outcome_of
-from ..core import pipeline, telemetry
+from ..core import pipeline, telemetry, trace_export
 from ..core.jsonvalue import FrozenDict
 from ..core.pipeline import ExecutionPlan
 from ..core.pipeline.chain import settle
@@ -47,14 +47,20 @@ from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
 from .surface import CallSurface
+from .traces import FlushesSpans
 from .transport import LocalTransport
 from .version import read_version
 from .wire import Envelope, Outcome
 
-__all__ = ["CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
+__all__ = ["BODY_FLUSH_S", "CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
 
 CANCEL_GRACE_S = 2.0
 """How long a cancelled body task gets to stop on its own before its worker is killed."""
+BODY_FLUSH_S = 1.0
+"""How long a traced body task waits for its spans to be exported before it returns (a
+task's worker is pooled and ended with the job: nobody can ask it later). One export per
+task; with the collector down, a task waits this long, and the next ones (while that
+export is stuck) not at all."""
 _PLANS = 256
 
 
@@ -144,7 +150,7 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     """Run one tool body (its definition from the call's plan) in this task; returns the
     body's value and the contexts it deferred. Only bodies with Ray options come here."""
     global _body_loop
-    telemetry.configure()
+    trace_export.configure()
     call = Envelope.unpack(envelope)
     plan = _body_plans.get(call["plan"])
     if plan is None:
@@ -168,6 +174,8 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     finally:
         if stop is not None:
             stop()
+        if telemetry.tracing():  # nobody holds this worker to ask later, and the job's end kills it
+            trace_export.flush(BODY_FLUSH_S)
     return value, deferred
 
 
@@ -270,7 +278,7 @@ def _count_denial(stage: str, kind: str, tool: str) -> None:
 
 telemetry.on_denial(_count_denial)
 
-class ExecutorCore(CallSurface):
+class ExecutorCore(CallSurface, FlushesSpans):
     """Runs calls' pipelines as coroutines on one event loop (see the module docs).
 
     ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
@@ -281,7 +289,7 @@ class ExecutorCore(CallSurface):
 
     def __init__(self, registry: str, namespace: str, threads: int = 32, calls: int = 10_000) -> None:
         self.registry, self.namespace = registry, namespace
-        telemetry.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
+        trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
         self._take_calls()

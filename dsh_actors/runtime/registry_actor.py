@@ -33,6 +33,7 @@ from .registry_config import RegistryConfig
 from .registry_core import RegistryCore
 from .revive import live_actor_async
 from .signals import HubRef
+from .traces import flush_actors
 from .version import VersionStore
 from .wire import PlanTicket, approvals_actor_name
 
@@ -306,6 +307,11 @@ class RegistryService:
         log.warning("%s %s died for good: replaced", kind, actor_id)
         del self._watching[actor_id]
         self._watch_pools()  # its successor
+
+    async def flush_spans(self, timeout_s: float) -> None:
+        """Have the executors and Code Mode queues flush their spans (before the registry
+        is ended: they end with it); returns after ``timeout_s`` at most, and a little."""
+        await flush_actors([*self._fleet.executors, *(queue for queue, _ in self._fleet.queues)], timeout_s)
 
     def code_queues(self) -> list[tuple[Any, str | None]]:
         """The Code Mode queue actors (queue-actor dispatch), each with its node."""
