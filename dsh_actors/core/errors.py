@@ -28,6 +28,7 @@ there is, with its code, and that each one pickles)::
     │   ├── PolicyUnavailableError      POLICY_UNAVAILABLE   a policy actor is gone
     │   ├── ScopeUnavailableError       SCOPE_UNAVAILABLE
     │   ├── RegistryUnavailableError    REGISTRY_UNAVAILABLE
+    │   ├── ApprovalTimeoutError        APPROVAL_TIMEOUT     runtime.approval: nobody answered an ask in time
     │   ├── PlacementError              PLACEMENT_FAILED     no node can run the body
     │   └── RayRuntimeError             RAY_ERROR            any other error from Ray
     ├── Code Mode:

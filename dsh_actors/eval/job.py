@@ -171,7 +171,9 @@ class _Job:
         await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
         for definition in self.definitions:
             await registry.register(coded_failures(definition))
-        await registry.approvals(policy=self.approvals)
+        # An ask waits as long as a call may run, then fails its call (APPROVAL_TIMEOUT):
+        # under --approvals ask, a job nobody answers still ends.
+        await registry.approvals(policy=self.approvals, timeout_s=self.tool_timeout_s, agent_timeouts=per_agent)
 
 
 async def _all_settled(*steps: Awaitable[Any]) -> list[Any]:

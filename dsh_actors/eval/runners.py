@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 import math
 import os
 import uuid
@@ -46,6 +47,8 @@ from .episode_run import JobFiles, run_episode, started_report, unpack_folder
 from .episodes import Episode
 
 __all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
+
+log = logging.getLogger("dsh_actors.eval")
 
 RUNNER_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 10_000, "max_restarts": 0,
                                   "max_task_retries": 0}
@@ -390,6 +393,9 @@ class RunnerFleet:
                 task.add_done_callback(self._drivers.discard)
         works, runner.held = list(runner.held.values()), {}
         why = f"its runner on node {runner.node[:12]} died ({error_message(exc).splitlines()[0][:200]})"
+        # Its episodes' calls, runs and asks still going on the executors stop before any of
+        # them runs again: a rerun never shares its workspace with its dead attempt's work.
+        await self._abort([w.episode.agent_id for w in works], why)
         again = [w for w in works if w.attempt == 1]
         self._fail([w for w in works if w.attempt > 1], f"{why}, and had died once already")
         # At the front, in their order: what was started first runs first.
@@ -397,6 +403,15 @@ class RunnerFleet:
             self._queues[self._home_of(work.episode.agent_id)].appendleft(
                 dataclasses.replace(work, attempt=2, reran=why))
         self._if_none_left()
+
+    async def _abort(self, agents: list[str], why: str) -> None:
+        if not agents:
+            return
+        aborted = await asyncio.gather(*(registry.abort_agents(agents, why) for registry in self._registries.values()),
+                                       return_exceptions=True)
+        failed = [a for a in aborted if isinstance(a, BaseException)]
+        if failed:  # the registry is gone: so are its executors, and the calls with them
+            log.warning("could not abort the calls of %s: %s", agents, error_message(failed[0]))
 
     def _if_none_left(self) -> None:
         """No runner alive and none coming: what is still queued can never run; fail it

@@ -49,7 +49,8 @@ EVENT_DOCS: dict[str, str] = {
     "tool/code-dispatch": "a `run_code` sub-call (log only, never part of the model's history)",
     "context/message": "the step's additional context, after its results",
     "approval/asked": "an ask: its `id`, `tool_name`, and `call_id` and `reason` when known",
-    "approval/decided": "its answer: `outcome` (`allowed-once`, `rejected`, `cancelled`)",
+    "approval/decided": "its answer: `outcome` (`allowed-once`, `rejected`, `cancelled`, `expired`: nobody "
+                        "answered in time)",
     "approval/policy": "an approval policy that answered",
     "system/prompt": "what a model's run was given, logged once when it starts (log only): the system prompt "
                      "(`content`) and the `tools` sent with each request (Chat Completions function schemas)",

@@ -10,6 +10,12 @@ specification: ``allowed-once`` (the only grant; nothing is remembered), ``rejec
 asking. Each request appends ``approval/asked`` and then ``approval/decided`` to the
 agent's session log (the session whose id is the agent id, when one is open). With
 policy ``always`` every ask is allowed (once) without asking, and recorded the same way.
+
+An ask has a deadline: the queue's (``registry.approvals(timeout_s=…)``, with per-agent
+ones beside it), after which it is settled ``expired`` — recorded, and the call fails
+with :class:`ApprovalTimeoutError` (``APPROVAL_TIMEOUT``: nobody answered, which is not a
+denial) — or its call's, when the call's signal aborts or its task is cancelled first:
+the ask is then cancelled in the queue, so no one can allow a call that is gone.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 import ray
 
+from ..core.errors import HarnessError
 from ..core.pipeline import ApprovalRequest
 from ..core.within import within
 from . import metrics
@@ -30,10 +37,27 @@ from .response import NamedActorClient, Response
 from .session import SessionLog
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
-           "POLICIES", "check_policy"]
+           "ApprovalTimeoutError", "EXPIRED", "POLICIES", "check_policy", "check_timeout"]
 
 POLICIES = ("ask", "never", "always")
 ANSWERS = ("allowed-once", "rejected")
+EXPIRED = "expired"
+"""How the queue settles an ask nobody answered within its deadline (its seam raises
+:class:`ApprovalTimeoutError` for it: the pipeline's four outcomes stay as they are)."""
+
+
+class ApprovalTimeoutError(HarnessError):
+    """Nobody answered an ask within its deadline: the call did not run."""
+
+    code = "APPROVAL_TIMEOUT"
+
+
+def check_timeout(timeout_s: object) -> float | None:
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise ValueError(f"an ask's deadline is a positive number of seconds (or None: none); got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def check_policy(policy: object) -> str:
@@ -81,11 +105,14 @@ async def _still_there(handle: Any, incarnation: str) -> bool:
 class ApprovalQueueService:
     """Pending asks, their answers, the policy, and the session-log records."""
 
-    def __init__(self, namespace: str, policy: str = "ask", registry: str = "default") -> None:
+    def __init__(self, namespace: str, policy: str = "ask", registry: str = "default",
+                 timeout_s: float | None = None, agent_timeouts: dict[str, float] | None = None) -> None:
         self._namespace = namespace
         self._registry = registry
         self._policy = check_policy(policy)
         self._overrides: dict[str, str] = {}
+        self._timeout_s = check_timeout(timeout_s)
+        self._agent_timeouts = {agent: check_timeout(s) for agent, s in (agent_timeouts or {}).items()}
         self._pending: dict[str, _Pending] = {}
         self._cancelled: set[str] = set()
         self._watcher: asyncio.Future[None] | None = None
@@ -129,8 +156,11 @@ class ApprovalQueueService:
             }, requester)
             metrics.gauge("dsh_approvals_pending", len(self._pending))
             self._watch()
+            deadline = self._agent_timeouts.get(agent, self._timeout_s)
             try:
-                outcome = await future
+                outcome = await (within(future, deadline) if deadline is not None else future)
+            except TimeoutError:
+                outcome = EXPIRED  # nobody answered in time: the call fails, coded (not a denial)
             finally:
                 self._pending.pop(request_id, None)
                 metrics.gauge("dsh_approvals_pending", len(self._pending))
@@ -199,6 +229,18 @@ class ApprovalQueueService:
     def policy(self, agent: str | None = None) -> str:
         return self._overrides.get(agent, self._policy) if agent is not None else self._policy
 
+    def set_timeout(self, timeout_s: float | None, agents: dict[str, float] | None = None) -> None:
+        """The deadline of asks made from now on (``None``: none), and per-agent ones."""
+        self._timeout_s = check_timeout(timeout_s)
+        self._agent_timeouts = {agent: check_timeout(s) for agent, s in (agents or {}).items()}
+
+    def cancel_agents(self, agents: list[str]) -> int:
+        """Cancel every pending ask of these agents (their calls are being aborted: an
+        episode's dead attempt, say); how many were pending."""
+        chosen = set(agents)
+        doomed = [request_id for request_id, p in self._pending.items() if p.info["agent"] in chosen]
+        return sum(self._settle(request_id, "cancelled") for request_id in doomed)
+
 
 def _requester() -> tuple[Any, str] | None:
     """This process as a requester of asks (``None`` outside an actor)."""
@@ -251,7 +293,10 @@ class ActorApproval:
                                     request.reason, _requester(), _node())
         remove = signal.add_listener(lambda _: handle.cancel.remote(request_id)) if signal else None
         try:
-            return await ref
+            outcome = await ref
+        except asyncio.CancelledError:
+            handle.cancel.remote(request_id)  # the call is gone: so is its ask (nobody may allow it now)
+            raise
         except ACTOR_GONE:
             return "unavailable"
         except RAY_ERROR as exc:
@@ -259,6 +304,10 @@ class ActorApproval:
         finally:
             if remove is not None:
                 remove()
+        if outcome == EXPIRED:
+            raise ApprovalTimeoutError(f'nobody answered the ask to run tool "{request.tool_name}" in time '
+                                       "(its deadline passed); the call did not run")
+        return outcome  # type: ignore[no-any-return]
 
 
 class ApprovalQueue(NamedActorClient):
@@ -313,6 +362,12 @@ class ApprovalQueue(NamedActorClient):
 
     def policy(self, agent: str | None = None) -> Response[str]:
         return self._call("policy", agent)
+
+    def set_timeout(self, timeout_s: float | None, agents: dict[str, float] | None = None) -> Response[None]:
+        """The deadline of asks made from now on (``None``: none) and per-agent ones: an ask
+        not answered by then fails its call with ``APPROVAL_TIMEOUT``."""
+        check_timeout(timeout_s)
+        return self._call("set_timeout", timeout_s, agents)
 
 
 ApprovalQueueActor = ray.remote(ApprovalQueueService)

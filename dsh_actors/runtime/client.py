@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -320,15 +320,29 @@ class ToolRegistry(_Registrar):
 
     # approval
 
-    def approvals(self, policy: str | None = None) -> Response["ApprovalQueue"]:
+    def approvals(self, policy: str | None = None, *, timeout_s: float | None = None,
+                  agent_timeouts: dict[str, float] | None = None) -> Response["ApprovalQueue"]:
         """Mount this registry's approval queue (``ask`` decisions wait for an answer) and
-        return its client; ``policy`` ("ask", "never" or "always") sets its default."""
-        from .approval import ApprovalQueue
+        return its client; ``policy`` ("ask", "never" or "always") sets its default;
+        ``timeout_s`` (and ``agent_timeouts``, by agent) how long an ask waits for an answer
+        before its call fails with ``APPROVAL_TIMEOUT`` (default: no deadline)."""
+        from .approval import ApprovalQueue, check_timeout
+
+        check_timeout(timeout_s)
+        for seconds in (agent_timeouts or {}).values():
+            check_timeout(seconds)
+        timeout = (timeout_s, dict(agent_timeouts or {})) if timeout_s is not None or agent_timeouts else None
 
         async def run() -> ApprovalQueue:
-            handle = await self._link.call("approvals", policy)
+            handle = await self._link.call("approvals", policy, timeout)
             return ApprovalQueue(self.name, self.namespace, handle)
         return Response(run)
+
+    def abort_agents(self, agents: Sequence[str], why: str = "aborted") -> Response[int]:
+        """Cancel every running call, Code Mode run and pending ask of ``agents``, wherever
+        they run (their callers are gone: a batch job runs an episode again only after its
+        dead attempt's work is stopped); how many were cancelled."""
+        return Response(lambda: self._link.call("abort_agents", list(agents), why))
 
     def unmount_approvals(self) -> Response[None]:
         """Unmount the approval queue: ``ask`` degrades to deny again."""

@@ -129,7 +129,8 @@ class CodeRunQueueService(CallSurface, FlushesSpans):
         controller = self._begin(run_id)
         _, code, ctx, trace = _unpack_run(envelope, controller.signal, deferred)
         try:
-            with telemetry.open_elsewhere(ctx.token, trace):  # its sub-calls' spans: children of its run_code's
+            with telemetry.open_elsewhere(ctx.token, trace), self._agents.running(ctx.agent):
+                # (its sub-calls' spans: children of its run_code's)
                 answer: tuple[Any, BaseException | None] = (await self._run_code.execute({"code": code}, ctx), None)
         except Exception as exc:  # the run's own failure (CodeRunFailedError, a runtime refused): its caller's
             answer = (None, exc)
@@ -156,6 +157,10 @@ class CodeRunQueueService(CallSurface, FlushesSpans):
 
     def runs(self) -> int:
         return len(self._runs)
+
+    async def abort_agents(self, agents: list[str], why: str) -> int:
+        """Cancel the runs of ``agents`` here, and their sub-calls' pipelines."""
+        return self._agents.cancel(agents, why) + await self._core.abort_agents(agents, why)
 
 
 _runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}

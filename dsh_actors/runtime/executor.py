@@ -11,7 +11,8 @@ loop, so a call that waits costs a coroutine, never a CPU slot or a process. The
 body runs where it belongs:
 
 - an ``async def`` body: a coroutine in the executor;
-- a plain (synchronous) body: the executor's bounded thread pool, never on its loop
+- a plain (synchronous) body: the executor's bounded thread pool, never on its loop, each
+  agent holding at most its share of the threads (:mod:`.thread_shares`)
   (through :data:`~dsh_actors.core.body.BODY_RUNNER`);
 - a body whose definition declares Ray options or force-stop: a Ray task with exactly
   those options (:func:`run_body_task`), started only after every gate passed.
@@ -24,7 +25,6 @@ definition's ``execute`` replaced by the wrapper that runs it where it belongs).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import threading
 import time
@@ -47,6 +47,7 @@ from .owner import owner
 from .placement import demand, execution_options, feasible, force_stop
 from .signals import send_signal, signal_of
 from .surface import CallSurface
+from .thread_shares import ThreadShares
 from .traces import FlushesSpans
 from .transport import LocalTransport
 from .version import read_version
@@ -283,7 +284,7 @@ class ExecutorCore(CallSurface, FlushesSpans):
 
     ``registry`` / ``namespace`` name the registry it serves (its signal hub is looked
     up once, for bodies that run as tasks); ``threads`` bounds the pool that runs plain
-    bodies; ``calls`` bounds the calls running at once, sent alone or batched (more wait
+    bodies, each agent holding at most its share of it (:mod:`.thread_shares`); ``calls`` bounds the calls running at once, sent alone or batched (more wait
     for a slot; a Code Mode sub-call runs in its run's slot).
     """
 
@@ -291,14 +292,12 @@ class ExecutorCore(CallSurface, FlushesSpans):
         self.registry, self.namespace = registry, namespace
         trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
-        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dsh-body")
+        self._threads = ThreadShares(threads)
         self._take_calls()
         self._calls = calls
         self._slots: asyncio.Semaphore | None = None  # made on the actor's loop
         self._in_flight = 0
 
-    def _run_in_thread(self, fn: Callable[[], Any]) -> Any:
-        return asyncio.get_running_loop().run_in_executor(self._threads, fn)
 
     async def _signal_hub(self) -> Any:
         return await owner(self.registry, self.namespace).link.signal_hub()
@@ -354,9 +353,9 @@ class ExecutorCore(CallSurface, FlushesSpans):
         return await self._run(Envelope.unpack(envelope), plan_box, signal)
 
     async def _run(self, call: Envelope, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
-        BODY_RUNNER.set(self._run_in_thread)
+        BODY_RUNNER.set(self._threads.runner(call["agent"]))
         if call["version"] is not None:
-            current = await asyncio.get_running_loop().run_in_executor(self._threads, read_version, call["key"])
+            current = await asyncio.get_running_loop().run_in_executor(self._threads.pool, read_version, call["key"])
             if current != call["version"]:
                 return Outcome.STALE
         plan = await self._plan(call["plan"], plan_box)
@@ -367,8 +366,9 @@ class ExecutorCore(CallSurface, FlushesSpans):
         try:
             # The caller hears the result's observers (see ``calls``): not here, so a result
             # that dies with this process before it is collected is heard once, there.
-            result = await pipeline.run(call.execution(signal), plan, observe=False,
-                                        trace_parent=call.fields.get("trace"))
+            with self._agents.running(call["agent"]):
+                result = await pipeline.run(call.execution(signal), plan, observe=False,
+                                            trace_parent=call.fields.get("trace"))
         finally:
             self._in_flight -= 1
         _count_call(str(call["name"]), result, time.perf_counter() - started)

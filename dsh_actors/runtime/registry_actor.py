@@ -24,7 +24,7 @@ from ..core.pipeline import ExecutionPlan
 from ..core.registry import Chains
 from ..core.types import ToolDefinition, ToolSchema
 from ..core.within import within
-from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy
+from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy, check_timeout
 from .codemode import ray_run_code
 from .errors import ACTOR_GONE, RAY_ERROR, RegistryUnavailableError
 from .fleet import EXECUTOR_OPTIONS, Fleet, Spawner
@@ -40,6 +40,9 @@ from .wire import PlanTicket, approvals_actor_name
 __all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryService"]
 
 log = logging.getLogger("dsh_actors.runtime")
+
+_ABORT_S = 10.0
+"""How long an abort of agents waits for the executors and queues to answer."""
 
 REGISTRY_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
 """Options of a registry actor (its state is not durable: a dead one is made afresh)."""
@@ -64,6 +67,7 @@ class RegistryService:
         self._fleet.start()
         self._approvals: Any = None  # the approval queue's actor, once made
         self._approval_policy: str | None = None  # mounted with this default (None: not mounted)
+        self._approval_timeout: tuple[float | None, dict[str, float]] = (None, {})  # its asks' deadlines
         self._approvals_made = asyncio.Lock()
         self._watchers: set[asyncio.Task[Any]] = set()
         self._watching: dict[str, asyncio.Task[None]] = {}  # pool members watched, by actor id
@@ -165,11 +169,16 @@ class RegistryService:
 
     # the approval queue
 
-    async def approvals(self, policy: str | None) -> Any:
-        """Mount the approval queue; with a ``policy``, set its default. The queue's actor
+    async def approvals(self, policy: str | None, timeout: tuple[float | None, dict[str, float]] | None = None) -> Any:
+        """Mount the approval queue; with a ``policy``, set its default; with ``timeout``
+        (a deadline, and per-agent ones), its asks' deadlines. The queue's actor
         (owned by this one) is made on first use: the first ask, or a client of the queue
         (:meth:`approval_queue`); a job whose agents never ask pays for no actor. Returns
         the queue's handle, ``None`` while it is not made."""
+        if timeout is not None:
+            self._approval_timeout = (check_timeout(timeout[0]), dict(timeout[1]))
+            if self._approvals is not None:
+                await self._approvals.set_timeout.remote(*self._approval_timeout)
         if self._approvals is not None:
             try:
                 await within(self._approvals.policy.remote(None), 30)
@@ -195,7 +204,7 @@ class RegistryService:
                     lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
                         scheduling_strategy=here, name=approvals_actor_name(self._config.name),
                         namespace=self._config.namespace, get_if_exists=True,
-                    ).remote(self._config.namespace, self._approval_policy, self._config.name),
+                    ).remote(self._config.namespace, self._approval_policy, self._config.name, *self._approval_timeout),
                     lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
             return self._approvals
 
@@ -204,7 +213,7 @@ class RegistryService:
         if self._approval_policy is not None:
             if self._approvals is not None:
                 ray.kill(self._approvals)
-            self._approvals, self._approval_policy = None, None
+            self._approvals, self._approval_policy, self._approval_timeout = None, None, (None, {})
             self._set_approval(None)
             await self._settled()
 
@@ -307,6 +316,21 @@ class RegistryService:
         log.warning("%s %s died for good: replaced", kind, actor_id)
         del self._watching[actor_id]
         self._watch_pools()  # its successor
+
+    async def abort_agents(self, agents: list[str], why: str) -> int:
+        """Cancel every running call, Code Mode run and pending ask of ``agents`` on every
+        executor and queue (an episode's dead attempt, before its rerun starts); how many
+        were cancelled. A member that does not answer in time is dead or dying: its calls
+        end with it."""
+        members = [*self._fleet.executors, *(queue for queue, _ in self._fleet.queues)]
+        asked = [member.abort_agents.remote(agents, why) for member in members]
+        if self._approvals is not None:
+            asked.append(self._approvals.cancel_agents.remote(agents))
+        try:
+            counts = await within(asyncio.gather(*asked, return_exceptions=True), _ABORT_S)
+        except TimeoutError:
+            return 0
+        return sum(c for c in counts if isinstance(c, int))
 
     async def flush_spans(self, timeout_s: float) -> None:
         """Have the executors and Code Mode queues flush their spans (before the registry

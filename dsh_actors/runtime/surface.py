@@ -10,7 +10,7 @@ lane (:mod:`.lanes`) uses, so every route a call can take reaches either of them
 - one frame on the actor's channel, from a caller on its node
   (:meth:`~CallSurface.channel`, :mod:`.channel_server`);
 - ``alive``, a probe that runs nothing; ``outlive``, a call that never answers (its
-  failure is the news of a death).
+  failure is the news of a death); ``abort_agents``, which cancels given agents' calls.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from .agent_calls import AgentCalls
 from .channel_server import ChannelServer
 from .mailboxes import Item, Mailboxes
 
@@ -33,10 +34,12 @@ class CallSurface:
 
     _mail: Mailboxes
     _channel: ChannelServer
+    _agents: AgentCalls
 
     def _take_calls(self) -> None:
         self._mail = Mailboxes()
         self._channel = ChannelServer(self.execute, self._mail.incarnation)
+        self._agents = AgentCalls()
 
     async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes:
         raise NotImplementedError
@@ -67,6 +70,10 @@ class CallSurface:
     async def alive(self) -> str:
         """This process's incarnation: a probe that runs nothing."""
         return self._mail.incarnation
+
+    async def abort_agents(self, agents: list[str], why: str) -> int:
+        """Cancel every call (or Code Mode run) of ``agents`` running here; how many."""
+        return self._agents.cancel(agents, why)
 
     async def outlive(self) -> None:
         """Never answers: how it fails tells its caller this actor died (the registry

@@ -168,6 +168,46 @@ def test_a_runner_killed_mid_episode_costs_no_episode_and_none_is_reported_twice
     assert sorted(r.status for r in again) == ["ok"] * 12, [(r.id, r.message) for r in again if r.status != "ok"]
 
 
+def test_a_dead_attempts_running_calls_are_cancelled_before_its_episode_runs_again(ray_cluster, tmp_path):
+    """A runner killed while its episodes' calls run in the executors: those calls are
+    cancelled (its bodies see it) before any of its episodes starts again, so a rerun
+    never works beside its dead attempt. Asserted from the bodies' own marker files,
+    timed on the machine's monotonic clock (every process shares it)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    folder = str(marks)
+
+    async def body(args, ctx):
+        tag = f"{ctx.agent}.{os.getpid()}.{time.monotonic_ns()}"
+        Path(folder, f"{tag}.start").touch()
+        try:
+            await asyncio.sleep(float(args["s"]))
+        except asyncio.CancelledError:
+            Path(folder, f"{tag}.cancelled.{time.monotonic_ns()}").touch()
+            raise
+        Path(folder, f"{tag}.end").touch()
+        return [text_block("slept")]
+
+    slow = define_tool(name="mark", description="sleeps", parameters={"s": {"type": "number"}}, execute=body)
+    killer = WhenMarked(marks, 4, lambda: [ray.kill(r, no_restart=True) for r in _runners("abort")[:1]])
+    episodes = [{"id": f"ab-{i}", "turns": [{"calls": [{"name": "mark", "arguments": {"s": 20}}]},
+                                             {"calls": [{"name": "mark", "arguments": {"s": 0}}]}]} for i in range(4)]
+    reports = collect(run_episodes(episodes, name="abort", tools=[slow], in_flight=4, runners_per_node=1,
+                                   reference_tools=False, tool_timeout_s=60))
+    assert killer.join()
+    rerun = [r for r in reports if r.attempts == 2]
+    assert rerun and all(r.status == "ok" for r in reports), [(r.id, r.status, r.message) for r in reports]
+    for report in rerun:
+        names = sorted(p.name for p in marks.iterdir() if p.name.startswith(report.agent + "."))
+        starts = sorted(int(n.split(".")[2]) for n in names if n.endswith(".start"))
+        cancelled = [n for n in names if ".cancelled." in n]
+        assert len(cancelled) == 1, names  # the dead attempt's call: cancelled, not left running
+        cancelled_at = int(cancelled[0].rsplit(".", 1)[1])
+        dead_start = int(cancelled[0].split(".")[2])
+        assert not any(n.endswith(".end") and int(n.split(".")[2]) == dead_start for n in names)
+        assert all(at > cancelled_at for at in starts if at != dead_start), names  # the rerun began after
+
+
 def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):
     cluster = ray_cluster["cluster"]
     extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
@@ -248,6 +288,12 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
     # (A job under "always" is the CLI's own-tools test: its ask is allowed, its write made.)
     (rejected,) = collect(run_episodes([writes], approvals="never", name="never-job"))
     assert (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
+    # Nobody answers: the ask ends at the call's deadline, the call fails coded (not a
+    # denial) and the job ends; the episode's own deadline wins over the job's.
+    mine = {**writes, "id": "unanswered", "limits": {"tool_timeout_s": 1.5}}
+    (expired,) = collect(run_episodes([mine], approvals="ask", name="unanswered-job", tool_timeout_s=600))
+    assert (expired.ok, expired.denied, expired.asks, dict(expired.errors)) == (0, 0, 1, {"APPROVAL_TIMEOUT": 1})
+    assert not (Path(expired.workspace) / "w.txt").exists()
     # The queue is made on the first ask (a job whose agents never ask makes none).
     assert [a["Name"] for a in ray._private.state.actors().values()
             if a["ActorClassName"] == "ApprovalQueueService" and "never-job" in a["Name"]] == ["dsh-approvals:never-job-native"]

@@ -105,6 +105,43 @@ def test_a_signal_that_aborts_while_the_ask_is_pending_cancels_it_and_a_late_ans
     assert result.text == 'Error: approval for tool "echo" was cancelled' and late is False
 
 
+@pytest.mark.parametrize("stop", ["abort_agents", "cancel"])
+def test_a_call_stopped_while_its_ask_is_pending_takes_its_ask_with_it(registry, stop):
+    """The agent's calls aborted (its episode's dead attempt), or the call cancelled by its
+    caller: either way its ask is no longer pending, and an answer to it is refused (it
+    used to stay pending beside a rerun's, and allowing it ran the dead attempt's call)."""
+    asking(registry)
+    queue = registry.approvals().result(T)
+
+    async def scenario():
+        response = registry.scope("a1").execute(call_id=f"s-{stop}", name="echo", arguments={})
+        call = asyncio.ensure_future(response)
+        pending = await asyncio.get_running_loop().run_in_executor(None, wait_pending, queue)
+        if stop == "abort_agents":
+            assert await registry.abort_agents(["a1"], "its episode runs again") >= 1
+        else:
+            response.cancel()
+        result = await asyncio.wait_for(call, T)
+        deadline = time.monotonic() + 30
+        while await queue.pending() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return result, await queue.pending(), await queue.allow(pending[0]["id"])
+
+    result, left, late = asyncio.run(scenario())
+    assert result.is_error and left == [] and late is False
+
+
+def test_an_ask_nobody_answers_fails_its_call_at_the_queues_deadline_coded(registry):
+    asking(registry)
+    queue = registry.approvals(timeout_s=0.5).result(T)
+    result = registry.scope("a1").execute(call_id="late", name="echo", arguments={}).result(T)
+    assert result.error == {"name": "ApprovalTimeoutError", "code": "APPROVAL_TIMEOUT"}, result
+    assert queue.pending().result(T) == []
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        registry.approvals(timeout_s=-1)
+    registry.unmount_approvals().result(T)  # (and its deadline with it)
+
+
 def test_a_call_with_no_agent_is_denied_without_asking(registry):
     asking(registry)
     queue = registry.approvals().result(T)

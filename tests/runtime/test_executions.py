@@ -393,3 +393,26 @@ def test_one_listener_function_works_in_process_and_as_a_policy_actor_method(reg
     assert [ex(scope, "1", "echo", text="hello").text, ex(scope, "2", "secret", text="x").text,
             ex(scope, "3", "echo", text="my password").text] == [
         "hello", "Error: secrets are off limits", "output withheld: it contained a secret"]
+
+
+@pytest.mark.own_registry  # its stuck bodies hold threads of its executor for seconds after it
+def test_one_agents_plain_bodies_that_ignore_their_deadline_never_take_another_agents_threads(registry):
+    """40 plain bodies of one agent that sleep through their 0.3 s deadline (each call ends
+    TOOL_TIMEOUT; each thread stays taken until its body returns), then ten other agents'
+    plain calls: all answered, none waits for a thread of the stuck agent's."""
+    from dsh_actors.policies import deadline_policy
+
+    registry.register(echo("stuck", timeout_ms=300, execute=lambda a, c: time.sleep(15) or [text_block("late")])).result(T)
+    registry.register(echo("quick", timeout_ms=3000, execute=lambda a, c: [text_block("quick")])).result(T)
+    registry.on("tools/execute", deadline_policy(3.0, grace_s=0.5)).result(T)  # as the batch job's: hard
+
+    async def scenario():
+        stuck = await asyncio.gather(*[registry.scope("hog").execute(call_id=f"s{i}", name="stuck", arguments={})
+                                       for i in range(40)])  # each ended at its deadline; its body sleeps on
+        quick = await asyncio.gather(*[registry.scope(f"agent-{i}").execute(call_id=f"q{i}", name="quick",
+                                                                            arguments={}) for i in range(10)])
+        return stuck, quick
+
+    stuck, quick = asyncio.run(scenario())
+    assert {r.error["code"] for r in stuck} == {"TOOL_TIMEOUT"}
+    assert [r.text for r in quick] == ["quick"] * 10, [r.text for r in quick if r.is_error]
