@@ -262,7 +262,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
             await scope.close()
         workspace, log_path = await asyncio.to_thread(_fresh_files, episode, files, template)
         report.workspace = str(workspace)
-        session = await SessionLog.open_async(episode.agent_id, str(log_path))
+        session = await SessionLog.open_async(registry.session_id(episode.agent_id), str(log_path))
         if episode.scope.restrict is not None:
             await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
         for guard in episode.scope.guards:

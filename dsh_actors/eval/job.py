@@ -128,7 +128,8 @@ class _Job:
             modes = sorted({w.episode.mode for w in works})
             made = await _all_settled(*(asyncio.to_thread(
                 ToolRegistry.connect, f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
-                code_runtime=CodeRuntimeConfig() if mode != "native" else None) for mode in modes))
+                code_runtime=CodeRuntimeConfig() if mode != "native" else None,
+                sessions=self.name) for mode in modes))  # its logs apart from another job's same agents
             # Each registry made is kept (so it is ended) even when another one failed.
             registries.update((mode, r) for mode, r in zip(modes, made) if not isinstance(r, BaseException))
             _raise_first(made)

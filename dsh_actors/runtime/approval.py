@@ -35,6 +35,7 @@ from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
 from .mailboxes import PROCESS_INCARNATION
 from .response import NamedActorClient, Response
 from .session import SessionLog
+from .wire import agent_session
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
            "ApprovalTimeoutError", "EXPIRED", "POLICIES", "check_policy", "check_timeout"]
@@ -106,8 +107,10 @@ class ApprovalQueueService:
     """Pending asks, their answers, the policy, and the session-log records."""
 
     def __init__(self, namespace: str, policy: str = "ask", registry: str = "default",
-                 timeout_s: float | None = None, agent_timeouts: dict[str, float] | None = None) -> None:
+                 timeout_s: float | None = None, agent_timeouts: dict[str, float] | None = None,
+                 sessions: str | None = None) -> None:
         self._namespace = namespace
+        self._sessions = sessions  # its registry's: whose session log an agent's asks go to
         self._registry = registry
         self._policy = check_policy(policy)
         self._overrides: dict[str, str] = {}
@@ -120,7 +123,7 @@ class ApprovalQueueService:
     async def _log(self, agent: str, event: dict[str, Any], near: str | None = None) -> Any:
         """Append ``event`` to ``agent``'s session log if one is open (its writers are asked,
         node ``near``'s first); returns the log, to append to again."""
-        session = await SessionLog.find_async(agent, self._namespace, near=near)
+        session = await SessionLog.find_async(agent_session(self._sessions, agent), self._namespace, near=near)
         if session is not None:  # else no session is open for this agent
             await session.append(event)
         return session

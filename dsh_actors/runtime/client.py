@@ -37,12 +37,14 @@ from .registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .registry_config import RegistryConfig
 from .response import Response
 from .revive import live_actor, release
-from .wire import DEFAULT_NAMESPACE
+from .wire import DEFAULT_NAMESPACE, agent_session
 
 if TYPE_CHECKING:
     from .approval import ApprovalQueue
 
 __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
+
+_UNKNOWN: Any = ("not asked yet",)  # a registry's ``sessions`` before it is known (it pickles; no str is it)
 
 
 class Disposer:
@@ -155,19 +157,20 @@ class ToolRegistry(_Registrar):
     """
 
     def __init__(self, name: str, namespace: str = DEFAULT_NAMESPACE, handle: Any = None,
-                 mode: str | None = None) -> None:
+                 mode: str | None = None, sessions: Any = _UNKNOWN) -> None:
         self.name = name
         self.namespace = namespace
         self._owner_state = owner(name, namespace)
         self._link = self._owner_state.link
         self._link.adopt(handle)
         self._mode = mode
+        self._sessions = sessions
 
     @classmethod
     def connect(cls, name: str = "default", *, namespace: str = DEFAULT_NAMESPACE, detached: bool = False,
                 mode: str = "native", code_runtime: Any = None, code_dispatch: str = "in-task",
                 executors: int | None = None, scope_hosting: str = "dedicated",
-                scope_hosts: int | None = None) -> "ToolRegistry":
+                scope_hosts: int | None = None, sessions: str | None = None) -> "ToolRegistry":
         """Get or create the registry actor ``name`` and return its client.
 
         ``mode`` is ``native`` (default), ``code`` or ``both``; Code Mode needs
@@ -179,12 +182,14 @@ class ToolRegistry(_Registrar):
         node, at least two). ``scope_hosting`` is ``dedicated`` (one actor per agent scope)
         or ``shared`` (agent scopes hashed onto ``scope_hosts`` host actors, default one per
         alive node and at least two: a scope costs kilobytes, not a process); the README
-        says which to choose when. Connecting to an existing registry with a different
-        mode or scope hosting raises.
+        says which to choose when. ``sessions`` scopes the ids of its agents' session logs
+        (the approval queue's records and Code Mode's dispatch events go to
+        ``<sessions>/<agent>``; default: the agent id): one batch job's. Connecting to an
+        existing registry with a different mode or scope hosting raises.
         """
         config = RegistryConfig(name, namespace, detached=detached, mode=mode, code_runtime=code_runtime,
                                 code_dispatch=code_dispatch, executors=executors, scope_hosting=scope_hosting,
-                                scope_hosts=scope_hosts)  # misuse raises here, before any actor starts
+                                scope_hosts=scope_hosts, sessions=sessions)  # misuse raises here, before any actor starts
         ensure_ray()
         options: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True,
                                    **REGISTRY_OPTIONS}
@@ -200,7 +205,14 @@ class ToolRegistry(_Registrar):
         conflict = config.conflicts_with(running)
         if conflict is not None:
             raise DefinitionError(conflict)
-        return cls(name, namespace, handle, mode)
+        return cls(name, namespace, handle, mode, running.get("sessions"))
+
+    def session_id(self, agent: str) -> str:
+        """The id of ``agent``'s session log in this registry (see ``connect``'s ``sessions``):
+        the log an agent's asks and Code Mode dispatches are recorded in."""
+        if self._sessions == _UNKNOWN:
+            self._sessions = ray.get(self._handle().config.remote(), timeout=120).get("sessions")
+        return agent_session(self._sessions, agent)  # type: ignore[arg-type]
 
     @property
     def mode(self) -> str:
@@ -224,7 +236,7 @@ class ToolRegistry(_Registrar):
         return Response(run)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ToolRegistry, (self.name, self.namespace, None, self._mode))
+        return (ToolRegistry, (self.name, self.namespace, None, self._mode, self._sessions))
 
     def __repr__(self) -> str:
         return f"<ToolRegistry {self.namespace}/{self.name}>"

@@ -20,8 +20,8 @@ actor per node and one hop per run. The run's signal is mirrored into the queue 
 in-flight sub-call's tool sees it and the bridge drains the queue before ``run_code``
 returns. A queue that dies under a run fails that run with ``WORKER_CRASHED``.
 
-``tool/code-dispatch`` events go to the session log whose id is the agent's id, when one
-is open. benchmarks/RESULTS.md has both modes side by side.
+``tool/code-dispatch`` events go to the agent's session log (its id is the agent's, or
+``<sessions>/<agent>`` in a registry connected with ``sessions``), when one is open. benchmarks/RESULTS.md has both modes side by side.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from .signals import portable_reason
 from .session import SessionLog
 from .surface import CallSurface
 from .traces import FlushesSpans
-from .wire import Outcome
+from .wire import Outcome, agent_session
 
 __all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
 
@@ -96,12 +96,13 @@ class CodeRunQueueService(CallSurface, FlushesSpans):
     frame on this queue's channel, else as an actor task."""
 
     def __init__(self, registry: str, namespace: str, mode: str = "code",
-                 config: CodeRuntimeConfig | None = None) -> None:
+                 config: CodeRuntimeConfig | None = None, sessions: str | None = None) -> None:
         self._owner = owner(registry, namespace)
         self._core = ExecutorCore(registry, namespace)  # it runs its sub-calls' pipelines itself
         self._take_calls()
         self._run_code = build_run_code(mode, runtime=lambda: _worker_runtime(config),
-                                        dispatch=_in_task_dispatcher(registry, namespace), record=_recorder(namespace))
+                                        dispatch=_in_task_dispatcher(registry, namespace),
+                                        record=_recorder(namespace, sessions))
         self._runs: dict[str, AbortController] = {}
         # Aborts for runs this queue does not hold (not yet, or no longer): a late abort
         # must not re-create a finished run, and an early one must still stop it.
@@ -309,13 +310,15 @@ def _in_task_dispatcher(registry: str, namespace: str) -> Callable[[Any], Any]:
     return dispatch
 
 
-def _recorder(namespace: str) -> Callable[[], Any]:
+def _recorder(namespace: str, scope: str | None) -> Callable[[], Any]:
+    """Per run: what appends its dispatch events to its agent's session log (``scope``:
+    its registry's ``sessions``)."""
     def per_run() -> Any:
         sessions: dict[str, Any] = {}  # looked up once per run (its node's writer is asked)
 
         async def record(agent: str, event: dict[str, Any]) -> None:
-            if agent not in sessions:
-                sessions[agent] = await SessionLog.find_async(agent, namespace)  # None: no session open for it
+            if agent not in sessions:  # None: no session open for it
+                sessions[agent] = await SessionLog.find_async(agent_session(scope, agent), namespace)
             if sessions[agent] is not None:
                 await sessions[agent].append(event)
 
@@ -325,7 +328,7 @@ def _recorder(namespace: str) -> Callable[[], Any]:
 
 
 def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], config: CodeRuntimeConfig | None,
-                 dispatch: str = "in-task") -> ToolDefinition:
+                 dispatch: str = "in-task", sessions: str | None = None) -> ToolDefinition:
     """The ``run_code`` transport of a Ray registry (its body is a coroutine in an executor).
 
     ``dispatch``: ``in-task`` (the run and its sub-calls on the executor that took the
@@ -333,7 +336,7 @@ def ray_run_code(mode: str, registry: str, namespace: str, pool: list[Any], conf
     order and abort semantics; see the module docs and benchmarks/RESULTS.md.
     """
     in_task = build_run_code(mode, runtime=lambda: _worker_runtime(config),
-                             dispatch=_in_task_dispatcher(registry, namespace), record=_recorder(namespace))
+                             dispatch=_in_task_dispatcher(registry, namespace), record=_recorder(namespace, sessions))
     # No Ray options either way: the body is a coroutine in the executor, mostly waiting.
     return _queued(registry, namespace, pool, in_task) if dispatch == "queue-actor" else in_task
 

@@ -169,7 +169,7 @@ class Fleet:
         node = _on(nodes, index)
         config = self.config
         return self.spawner.spawn("queue", {"node": node}, config.name, config.namespace, config.mode,
-                                  config.code_runtime), node
+                                  config.code_runtime, config.sessions), node
 
     def replace_queue(self, dead: str, nodes: list[str]) -> tuple[Any, str | None] | None:
         """Queue ``dead`` died for good: start its successor (once) and return it with its

@@ -60,7 +60,8 @@ class RegistryService:
         versions = versions or VersionStore(config.namespace, config.name)
         self._fleet = Fleet(config, lambda: self._core.journals, spawner)
         transport = None if config.mode == "native" else ray_run_code(
-            config.mode, config.name, config.namespace, self._fleet.queues, config.code_runtime, config.code_dispatch)
+            config.mode, config.name, config.namespace, self._fleet.queues, config.code_runtime, config.code_dispatch,
+            config.sessions)
         self._core = RegistryCore(config.name, config.namespace, versions.write,
                                   transport=transport, version=versions.read())  # never a version used before
         self._core.bump()
@@ -204,7 +205,8 @@ class RegistryService:
                     lambda: ApprovalQueueActor.options(**APPROVALS_OPTIONS,  # type: ignore[attr-defined]
                         scheduling_strategy=here, name=approvals_actor_name(self._config.name),
                         namespace=self._config.namespace, get_if_exists=True,
-                    ).remote(self._config.namespace, self._approval_policy, self._config.name, *self._approval_timeout),
+                    ).remote(self._config.namespace, self._approval_policy, self._config.name, *self._approval_timeout,
+                             self._config.sessions),
                     lambda h: h.policy.remote(None), what="the approval queue", unavailable=RegistryUnavailableError)
             return self._approvals
 

@@ -51,6 +51,8 @@ class RegistryConfig:
     executor_concurrency: int = 10_000
     scope_hosting: str = "dedicated"
     scope_hosts: int | None = None
+    sessions: str | None = None
+    """Its agents' session log ids (:func:`~.wire.agent_session`): ``None``, the agent ids."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -62,6 +64,8 @@ class RegistryConfig:
         _count("scope_hosts", self.scope_hosts, optional=True)
         _count("queues", self.queues, optional=False)
         _count("executor_concurrency", self.executor_concurrency, optional=False)
+        if self.sessions is not None and (not isinstance(self.sessions, str) or not self.sessions):
+            raise DefinitionError(f"sessions must be a non-empty str or None; got {self.sessions!r}")
 
     def described(self) -> dict[str, Any]:
         """What clients ask a running registry for: its mode, hosting, and whether (and in
@@ -69,7 +73,7 @@ class RegistryConfig:
         from ..codemode.runtime import dialect
 
         return {"mode": self.mode, "code_runtime": self.code_runtime is not None,
-                "scope_hosting": self.scope_hosting,
+                "scope_hosting": self.scope_hosting, "sessions": self.sessions,
                 "dialect": dialect(self.code_runtime) if self.code_runtime is not None else None}
 
     def conflicts_with(self, running: dict[str, Any]) -> str | None:

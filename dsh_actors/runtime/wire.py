@@ -37,6 +37,7 @@ __all__ = [
     "Outcome",
     "PlanTicket",
     "Envelope",
+    "agent_session",
     "approvals_actor_name",
     "host_index",
     "scope_actor_name",
@@ -63,6 +64,13 @@ def host_index(agent: str, hosts: int) -> int:
 
 def approvals_actor_name(registry: str) -> str:
     return f"dsh-approvals:{registry}"
+
+
+def agent_session(sessions: str | None, agent: str) -> str:
+    """The id of ``agent``'s session log in a registry whose sessions are ``sessions``
+    (``None``: the agent id itself; else ``<sessions>/<agent>``, so two batch jobs whose
+    episodes share agent ids keep their logs apart on one cluster)."""
+    return agent if sessions is None else f"{sessions}/{agent}"
 
 
 

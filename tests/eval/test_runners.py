@@ -208,6 +208,30 @@ def test_a_dead_attempts_running_calls_are_cancelled_before_its_episode_runs_aga
         assert all(at > cancelled_at for at in starts if at != dead_start), names  # the rerun began after
 
 
+def test_two_jobs_with_the_same_episode_ids_run_side_by_side_on_one_cluster(ray_cluster, tmp_path):
+    """A sweep over models runs the same episodes once per model: each job's sessions are
+    its own (they used to share the cluster-wide id of each agent: the second job's every
+    episode failed with SESSION_HELD), and each job's logs hold its own calls."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    episodes = [episode(i, calls=2, file_work=False, prefix="sweep") for i in range(3)]
+
+    async def both():
+        async def one(name):
+            stream = run_episodes(episodes, name=name, tools=[marking_tool(marks, sleep_s=0.5)],
+                                  reference_tools=False, out=tmp_path / name)
+            return [report async for report in stream]
+        return await asyncio.gather(one("model-a"), one("model-b"))
+
+    first, second = asyncio.run(both())
+    for name, reports in (("model-a", first), ("model-b", second)):
+        assert sorted((r.id, r.status, r.ok) for r in reports) == [(f"sweep-{i:03d}", "ok", 2) for i in range(3)], \
+            [(r.id, r.message) for r in reports if r.status != "ok"]
+        for report in reports:
+            events = [e["type"] for e in read_records(tmp_path / name / "logs" / f"{report.id}.log")]
+            assert events.count("tool/result") == 2, (name, report.id, events)
+
+
 def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):
     cluster = ray_cluster["cluster"]
     extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
