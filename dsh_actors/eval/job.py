@@ -299,7 +299,11 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
-    kept = prepare(out, [e.id for e in episodes], resume=resume, overwrite=overwrite)
+    found = prepare(out, [e.id for e in episodes], resume=resume, overwrite=overwrite)
+    if progress is not None:
+        for damaged in found.damaged:
+            print(damaged, file=progress, flush=True)
+    kept = found.kept
     ensure_ray()  # only now: a refused folder, plugin or episode file never waits for a Ray to start
     reports: dict[str, EpisodeReport] = dict(kept)
     failures = 0

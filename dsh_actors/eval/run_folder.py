@@ -1,5 +1,5 @@
 """A run's output folder (``dsh-actors eval --out``): what a new, resumed or overwritten
-run does with it, and the files the driver writes there.
+run does with it, and the reports a resumed run keeps.
 
 The folder holds ``run.json`` (the run's episodes), ``logs/<episode>.log``,
 ``reports/<episode>.json`` (one per finished episode) and, once the run ends,
@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.errors import HarnessError
 from .atomic import is_leftover, remove_leftovers, replace_file, sync_folder
 from .reports import EpisodeReport
 
-__all__ = ["RUN_FILE", "RunFolderError", "prepare", "write_reports", "write_summaries"]
+__all__ = ["RUN_FILE", "DamagedReport", "Resumed", "RunFolderError", "prepare",
+           "write_reports", "write_summaries"]
 
 RUN_FILE = "run.json"
 _SUMMARIES = ("summary.json", "summary.md", "summary.html")
+_REPORT_FIELDS = frozenset(f.name for f in fields(EpisodeReport))
 
 
 class RunFolderError(HarnessError):
@@ -35,16 +38,39 @@ class RunFolderError(HarnessError):
     code = "RUN_FOLDER"
 
 
-def prepare(out: Path, episodes: Sequence[str], *, resume: bool, overwrite: bool) -> dict[str, EpisodeReport]:
+@dataclass(frozen=True)
+class DamagedReport:
+    """A report a resumed run could not use: its episode runs again."""
+
+    path: Path
+    """The report's file."""
+    problem: str
+    """What is wrong with it."""
+
+    def __str__(self) -> str:
+        return f"damaged report {self.path}: {self.problem}; its episode runs again"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resumed run found in its folder's reports."""
+
+    kept: dict[str, EpisodeReport] = field(default_factory=dict)
+    """The finished episodes' reports, by episode id: they do not run again."""
+    damaged: list[DamagedReport] = field(default_factory=list)
+    """The reports that could not be read as their episode's."""
+
+
+def prepare(out: Path, episodes: Sequence[str], *, resume: bool, overwrite: bool) -> Resumed:
     """Make ``out`` the folder of a run of ``episodes`` (their ids): new or empty, else
-    ``resume`` keeps the finished episodes' reports (returned, by episode id) and
+    ``resume`` keeps the finished episodes' reports (what it found is returned) and
     ``overwrite`` deletes it first; else :class:`RunFolderError`, with nothing changed."""
     if resume and overwrite:
         raise RunFolderError("--resume and --overwrite contradict each other; pass one")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out} is a file, not a folder")
     used = out.is_dir() and any(not is_leftover(entry.name) for entry in out.iterdir())
-    kept: dict[str, EpisodeReport] = {}
+    found = Resumed()
     if used:
         if not (out / RUN_FILE).is_file():
             raise RunFolderError(f"--out {out} is not empty and holds no dsh-actors run; choose a new or empty folder")
@@ -55,11 +81,7 @@ def prepare(out: Path, episodes: Sequence[str], *, resume: bool, overwrite: bool
         if overwrite:
             shutil.rmtree(out)
         else:
-            wanted = set(episodes)
-            for path in (out / "reports").glob("*.json"):
-                report = EpisodeReport.from_json(json.loads(path.read_text()))
-                if report.id in wanted and report.status == "ok":
-                    kept[report.id] = report
+            found = _finished(out / "reports", episodes)
             for name in _SUMMARIES:
                 (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +92,55 @@ def prepare(out: Path, episodes: Sequence[str], *, resume: bool, overwrite: bool
         folder.mkdir(exist_ok=True)
         remove_leftovers(folder)  # what a killed driver's writes left
     sync_folder(out)
-    return kept
+    return found
+
+
+def _finished(folder: Path, episodes: Sequence[str]) -> Resumed:
+    """The reports in ``folder`` of the ``episodes`` that finished, and those found damaged."""
+    found = Resumed()
+    for episode in episodes:
+        path = folder / f"{episode}.json"
+        try:
+            report = _read_report(path, episode)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            found.damaged.append(DamagedReport(path, f"it cannot be read ({exc.strerror or exc})"))
+        except ValueError as exc:
+            found.damaged.append(DamagedReport(path, str(exc)))
+        else:
+            if report.status == "ok":
+                found.kept[episode] = report
+    return found
+
+
+def _read_report(path: Path, episode: str) -> EpisodeReport:
+    """The report of ``episode`` in ``path``; ``ValueError`` saying what is wrong with it."""
+    data = _json_object(path.read_bytes())
+    unknown, missing = sorted(data.keys() - _REPORT_FIELDS), sorted({"id", "agent"} - data.keys())
+    if unknown or missing:
+        raise ValueError("it is not an episode report (" + "; ".join(
+            ([f"unknown fields: {', '.join(unknown)}"] if unknown else [])
+            + ([f"no {' or '.join(missing)}"] if missing else [])) + ")")
+    if data["id"] != episode:
+        raise ValueError(f"it holds the report of episode {data['id']!r}, not of {episode!r}")
+    try:
+        return EpisodeReport.from_json(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"it is not an episode report ({exc})") from None
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """``data`` as a JSON object; ``ValueError`` saying why it is not one."""
+    if not data:
+        raise ValueError("it is empty (its write was cut short)")
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"it is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"it holds a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def write_reports(folder: Path, reports: Sequence[EpisodeReport]) -> None:

@@ -1,8 +1,9 @@
 """A run's ``--out`` folder as plain file handling, in one process (the job's run replaced
 by one that finishes every episode at once, :mod:`.clusterless`): files replaced all at
-once even when the driver is killed mid-write, and what a killed write left cleaned up."""
+once even when the driver is killed mid-write, damaged reports named and run again."""
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -107,3 +108,28 @@ def test_a_folder_holding_only_what_a_driver_killed_on_its_first_write_left_is_a
     assert "run.json" not in files(out) and len(strays(out)) == 1
     assert run(episodes, out)["episodes_ok"] == 2  # neither --resume nor --overwrite: nothing of a run was there
     assert ran == ["a", "b"] and strays(out) == []
+
+
+def test_resume_names_each_damaged_report_on_a_line_and_runs_its_episode_again_keeping_the_good_one(ran, tmp_path):
+    episodes, out = episode_file(tmp_path, ["empty", "garbage", "stranger", "fine"]), tmp_path / "out"
+    run(episodes, out)
+    reports = out / "reports"
+    (reports / "empty.json").write_bytes(b"")  # as a killed driver left it before writes were atomic
+    (reports / "garbage.json").write_bytes(b'{"id": "garb')
+    (reports / "stranger.json").write_text('{"rows": [1, 2]}\n')
+    good = (reports / "fine.json").stat()
+    said = io.StringIO()
+    summary = asyncio.run(run_eval([episodes], out, progress=said, resume=True))
+    damage = [line for line in said.getvalue().splitlines() if "damaged report" in line]
+    assert damage == [
+        f"damaged report {reports / 'empty.json'}: it is empty (its write was cut short); its episode runs again",
+        f"damaged report {reports / 'garbage.json'}: it is not JSON (Unterminated string starting at: line 1 "
+        "column 8 (char 7)); its episode runs again",
+        f"damaged report {reports / 'stranger.json'}: it is not an episode report (unknown fields: rows; "
+        "no agent or id); its episode runs again"]
+    assert ran[4:] == ["empty", "garbage", "stranger"]  # run again; the good one kept
+    assert (reports / "fine.json").stat().st_ino == good.st_ino
+    assert (reports / "fine.json").stat().st_mtime_ns == good.st_mtime_ns
+    assert {e["id"]: e["status"] for e in summary["per_episode"]} == dict.fromkeys(
+        ["empty", "garbage", "stranger", "fine"], "ok")
+    assert all(json.loads((reports / f"{name}.json").read_text())["id"] == name for name in ("empty", "garbage"))
