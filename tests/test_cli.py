@@ -52,3 +52,17 @@ def test_eval_resume_names_a_report_a_killed_driver_left_empty_and_runs_its_epis
     assert said == [f"damaged report {tmp_path / 'out' / 'reports' / 'b.json'}: it is empty (its write was cut "
                     "short); its episode runs again"]
 
+
+@pytest.mark.timeout(60)
+def test_eval_overwrite_refuses_a_folder_another_tool_wrote_in_one_line_and_deletes_nothing(monkeypatch, tmp_path,
+                                                                                            capfd):
+    ran = without_a_cluster(monkeypatch.setattr)
+    theirs = tmp_path / "theirs"
+    (theirs / "precious").mkdir(parents=True)
+    (theirs / "precious" / "data.csv").write_text("a,b\n1,2\n")
+    (theirs / "run.json").write_text('{"started": "2024-05-01"}\n')
+    argv = ["eval", str(episode_file(tmp_path, ["a"])), "--out", str(theirs), "--overwrite", "--quiet"]
+    assert cli.main(argv) == 2 and ran == []
+    said = capfd.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f"dsh-actors eval: {theirs / 'run.json'} has no dsh-actors mark")
+    assert (theirs / "precious" / "data.csv").read_text() == "a,b\n1,2\n" and (theirs / "run.json").is_file()

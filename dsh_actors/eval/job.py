@@ -11,13 +11,14 @@ policy: ``never`` (rejected and recorded, the default: a batch has no one to ask
 ``always`` (allowed once and recorded), or ``ask`` (they wait for an answer from another
 process: ``dsh-actors approvals``, or a policy actor with the queue's client).
 
-A run owns its output folder (:mod:`.run_folder`): ``run.json`` (what it runs), ``logs/<episode>.log``, ``reports/<episode>.json`` (each finished episode), then
+A run owns its output folder (:mod:`.run_folder`): ``run.json`` (its mark and what it
+runs), ``logs/<episode>.log``, ``reports/<episode>.json`` (each finished episode), then
 ``summary.json``, ``summary.md`` and ``summary.html`` (:mod:`.report_html`), each file
 replaced all at once (:mod:`.atomic`). Workspaces stay on the node that ran each episode
 (its report says where); with ``shared_out`` (``--out`` on storage every node mounts) the
 runners write workspaces and logs straight into the folder. A folder that already holds a
 run is refused unless the run is resumed (finished episodes are kept, the rest run again)
-or overwritten.
+or overwritten; one that holds anything else is never touched.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A run's ``--out`` folder as plain file handling, in one process (the job's run replaced
 by one that finishes every episode at once, :mod:`.clusterless`): files replaced all at
-once even when the driver is killed mid-write, damaged reports named and run again."""
+once even when the driver is killed mid-write, damaged reports named and run again, and
+only a folder our own run marked ever resumed or deleted."""
 
 import asyncio
 import io
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_actors.eval.job import run_eval
+from dsh_actors.eval.job import RunFolderError, run_eval
 from dsh_actors.eval.reports import EpisodeReport
 
 from .clusterless import episode_file, without_a_cluster
@@ -133,3 +134,72 @@ def test_resume_names_each_damaged_report_on_a_line_and_runs_its_episode_again_k
     assert {e["id"]: e["status"] for e in summary["per_episode"]} == dict.fromkeys(
         ["empty", "garbage", "stranger", "fine"], "ok")
     assert all(json.loads((reports / f"{name}.json").read_text())["id"] == name for name in ("empty", "garbage"))
+
+
+@pytest.mark.parametrize("flag", ["resume", "overwrite"])
+@pytest.mark.parametrize("content, problem", [(b"", "it is empty"), (b'{"tool": "dsh-act', "it is not JSON"),
+                                              (b"[1, 2]\n", "it holds a JSON list, not an object")])
+def test_a_damaged_run_json_is_a_run_folder_error_naming_it_and_nothing_is_resumed_or_deleted(
+        ran, tmp_path, flag, content, problem):
+    episodes, out = episode_file(tmp_path, ["a"]), tmp_path / "out"
+    run(episodes, out)
+    (out / "run.json").write_bytes(content)
+    before = files(out)
+    with pytest.raises(RunFolderError) as refused:
+        run(episodes, out, **{flag: True})
+    assert refused.value.code == "RUN_FOLDER"
+    assert str(refused.value).startswith(f"{out / 'run.json'} is damaged: {problem}")
+    assert "nothing was resumed or deleted" in str(refused.value)
+    assert files(out) == before and ran == ["a"]
+
+
+def test_overwrite_and_resume_refuse_a_folder_whose_run_json_another_tool_wrote_and_delete_nothing(ran, tmp_path):
+    episodes, out = episode_file(tmp_path, ["a"]), tmp_path / "theirs"
+    (out / "precious").mkdir(parents=True)
+    (out / "precious" / "data.csv").write_text("a,b\n1,2\n")
+    (out / "run.json").write_text('{"pipeline": "etl", "episodes": ["a"]}\n')
+    (out / "summary.json").write_text('{"rows": 1}\n')
+    before = files(out)
+    for flag in ("overwrite", "resume"):
+        with pytest.raises(RunFolderError) as refused:
+            run(episodes, out, **{flag: True})
+        said = str(refused.value)
+        assert said.startswith(f'{out / "run.json"} has no dsh-actors mark ("tool": "dsh-actors")')
+        assert "nothing was resumed or deleted. Choose another --out" in said
+        assert files(out) == before
+    assert (out / "precious" / "data.csv").read_text() == "a,b\n1,2\n" and ran == []
+
+
+def test_a_run_folder_of_an_earlier_dsh_actors_is_refused_until_its_run_json_is_marked_as_the_message_says(
+        ran, tmp_path):
+    episodes, out = episode_file(tmp_path, ["a", "b"]), tmp_path / "out"
+    run(episodes, out)
+    (out / "run.json").write_text('{"episodes": ["a", "b"]}\n')  # what dsh-actors wrote before runs were marked
+    (out / "reports" / "b.json").unlink()
+    with pytest.raises(RunFolderError, match="or a dsh-actors from before run folders were marked") as refused:
+        run(episodes, out, resume=True)
+    assert 'write "tool": "dsh-actors", "format": 1 into its run.json (a JSON object)' in str(refused.value)
+    (out / "run.json").write_text('{"tool": "dsh-actors", "format": 1, "episodes": ["a", "b"]}\n')  # as it says
+    assert run(episodes, out, resume=True)["episodes_ok"] == 2
+    assert ran == ["a", "b", "b"]
+
+
+def test_a_run_folder_of_a_later_format_is_refused_with_what_to_use_instead(ran, tmp_path):
+    episodes, out = episode_file(tmp_path, ["a"]), tmp_path / "out"
+    run(episodes, out)
+    (out / "run.json").write_text('{"tool": "dsh-actors", "format": 2}\n')
+    with pytest.raises(RunFolderError, match="of format 2, and this dsh-actors knows format 1 only.*with the "
+                                             "dsh-actors that wrote it"):
+        run(episodes, out, overwrite=True)
+    assert (out / "reports" / "a.json").is_file()
+
+
+def test_overwrite_starts_a_run_folder_of_ours_over_and_the_new_run_json_carries_the_mark(ran, tmp_path):
+    out = tmp_path / "out"
+    run(episode_file(tmp_path, ["a", "b"]), out)
+    assert json.loads((out / "run.json").read_text()) == {"tool": "dsh-actors", "format": 1, "episodes": ["a", "b"]}
+    run(episode_file(tmp_path, ["c"]), out, overwrite=True)
+    assert sorted(files(out)) == ["logs/c.log", "reports/c.json", "run.json", "summary.html", "summary.json",
+                                  "summary.md"]
+    assert json.loads((out / "run.json").read_text()) == {"tool": "dsh-actors", "format": 1, "episodes": ["c"]}
+    assert ran == ["a", "b", "c"]
