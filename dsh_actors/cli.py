@@ -159,8 +159,8 @@ def _eval(args: argparse.Namespace) -> int:
                             **({"base_url": args.base_url} if args.base_url else {}))
     try:
         summary = asyncio.run(run_eval(paths, args.out, concurrency=args.concurrency,
-                                       live=None if args.quiet else sys.stdout, resume=args.resume,
-                                       overwrite=args.overwrite, model=model, tools=args.tools,
+                                       live=None if args.quiet else sys.stdout, progress=sys.stderr,
+                                       resume=args.resume, overwrite=args.overwrite, model=model, tools=args.tools,
                                        workspace=args.workspace, reference_tools=not args.no_reference_tools,
                                        approvals=args.approvals, runners_per_node=args.runners_per_node,
                                        shared_out=args.shared_out, tool_timeout_s=args.tool_timeout))

@@ -46,7 +46,7 @@ there is, with its code, and that each one pickles)::
     │   ├── WorkspaceError              WORKSPACE            tools.workspace
     │   ├── ToolFailedError             TOOL_FAILED          eval.episode_run
     │   ├── PluginError                 PLUGIN               eval.plugins
-    │   ├── RunFolderError              RUN_FOLDER           eval.job
+    │   ├── RunFolderError              RUN_FOLDER           eval.run_folder
     │   └── ExportError                 EXPORT               eval.export
     └── misuse, raised eagerly at registration/definition time (never during a call):
         ├── DefinitionError             INVALID_DEFINITION   (also a TypeError)

@@ -11,22 +11,21 @@ policy: ``never`` (rejected and recorded, the default: a batch has no one to ask
 ``always`` (allowed once and recorded), or ``ask`` (they wait for an answer from another
 process: ``dsh-actors approvals``, or a policy actor with the queue's client).
 
-A run owns its output folder: ``run.json`` (what it runs), ``logs/<episode>.log``,
-``reports/<episode>.json`` (each finished episode), then ``summary.json``,
-``summary.md`` and ``summary.html`` (:mod:`.report_html`). Workspaces stay on the node that ran each episode (its report says where);
-with ``shared_out`` (``--out`` on storage every node mounts) the runners write workspaces
-and logs straight into the folder. A folder that already holds a run is refused unless the
-run is resumed (finished episodes are kept, the rest run again) or overwritten.
+A run owns its output folder (:mod:`.run_folder`): ``run.json`` (its mark and what it
+runs), ``logs/<episode>.log``, ``reports/<episode>.json`` (each finished episode), then
+``summary.json``, ``summary.md`` and ``summary.html`` (:mod:`.report_html`), each file
+replaced all at once (:mod:`.atomic`). Workspaces stay on the node that ran each episode
+(its report says where); with ``shared_out`` (``--out`` on storage every node mounts) the
+runners write workspaces and logs straight into the folder. A folder that already holds a
+run is refused unless the run is resumed (finished episodes are kept, the rest run again)
+or overwritten; one that holds anything else is never touched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
-import os
-import shutil
 import sys
 import tempfile
 import time
@@ -42,7 +41,6 @@ from ..agent import ModelConfig
 from ..agent.model import content_text
 from ..codemode.runtime import CodeRuntimeConfig
 from ..core import trace_export
-from ..core.errors import HarnessError
 from ..core.jsonvalue import thaw
 from ..core.registry import RUN_CODE, snapshot_definition
 from ..log import replay_cards
@@ -53,23 +51,18 @@ from ..runtime.client import ToolRegistry
 from ..runtime.local import ensure_ray
 from ..tools import reference_tools
 from ..tools.workspace import node_folder
+from .atomic import replace_file, sync_folder
 from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
 from .heap import collector_paused, long_lived
 from .plugins import PluginError, load_tools
 from .report_html import render_html
 from .reports import EpisodeReport, markdown_of, summary_of
+from .run_folder import RunFolderError, prepare, write_reports, write_summaries
 from .runners import RunnerFleet, Work
 
 __all__ = ["DEFAULT_SYSTEM", "EpisodeReport", "PluginError", "RunFolderError", "ToolFailedError",
            "example_episodes", "run_episodes", "run_eval", "show_log"]
-
-
-class RunFolderError(HarnessError):
-    """The output folder already holds a run (or something else) and neither resuming
-    nor overwriting it was asked for."""
-
-    code = "RUN_FOLDER"
 
 
 def example_episodes() -> Path:
@@ -191,33 +184,20 @@ def _raise_first(outcomes: list[Any]) -> None:
 
 
 def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None]]) -> None:
-    """Write the logs runners sent back; a log that cannot be kept fails its episode."""
+    """Write the logs runners sent back, synced before their reports are written (a report
+    a resumed run keeps has its log); a log that cannot be kept fails its episode."""
     for report, data in reports:
         if data is None:
             continue
         path = folder / f"{report.id}.log"
         try:
-            _put(path, data)
+            replace_file(path, data, sync=True)
         except (IsADirectoryError, NotADirectoryError):
             report.status, report.message = "failed", f"{path} is in the way of the episode's log (not a regular file)"
         except OSError as exc:
-            in_the_way = exc.errno == errno.ELOOP
-            report.status = "failed"
-            report.message = (f"{path} is in the way of the episode's log (a symbolic link)" if in_the_way
-                              else f"its log could not be written to {path}: {exc.strerror or exc}")
-
-
-def _put(path: Path, data: bytes) -> None:
-    """Write ``data`` as the file ``path`` (never through a symbolic link). The plain system
-    calls: a driver writes two files per episode, and ``Path.write_bytes`` costs ten times
-    as much CPU."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+            report.status, report.message = "failed", f"its log could not be written to {path}: {exc.strerror or exc}"
+    if any(data is not None for _, data in reports):
+        sync_folder(folder)
 
 
 async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools: Sequence[Any] = (),
@@ -303,45 +283,6 @@ def _model_config(episode: Episode, default: ModelConfig | None) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-_RUN_FILE = "run.json"
-
-
-def _write_reports(folder: Path, reports: list[EpisodeReport]) -> None:
-    for report in reports:
-        _put(folder / f"{report.id}.json", (json.dumps(report.to_json()) + "\n").encode())
-
-
-def _prepare(out: Path, episodes: list[Episode], resume: bool, overwrite: bool) -> dict[str, EpisodeReport]:
-    """Make ``out`` this run's folder; returns the reports of episodes a resumed run keeps."""
-    if resume and overwrite:
-        raise RunFolderError("--resume and --overwrite contradict each other; pass one")
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file, not a folder")
-    used = out.exists() and any(out.iterdir())
-    ours = (out / _RUN_FILE).is_file()
-    if used and not ours:
-        raise RunFolderError(f"--out {out} is not empty and holds no dsh-actors run; choose a new or empty folder")
-    if used and not (resume or overwrite):
-        state = "a finished run" if (out / "summary.json").exists() else "an unfinished run"
-        raise RunFolderError(f"--out {out} already holds {state}; pass --resume to keep its finished episodes "
-                             "and run the rest, --overwrite to start over, or choose a new folder")
-    if used and overwrite:
-        shutil.rmtree(out)
-    kept: dict[str, EpisodeReport] = {}
-    if used and resume:
-        wanted = {e.id for e in episodes}
-        for path in (out / "reports").glob("*.json"):
-            report = EpisodeReport.from_json(json.loads(path.read_text()))
-            if report.id in wanted and report.status == "ok":
-                kept[report.id] = report
-        for stale in ("summary.json", "summary.md", "summary.html"):
-            (out / stale).unlink(missing_ok=True)
-    for folder in ("logs", "reports"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-    (out / _RUN_FILE).write_text(json.dumps({"episodes": [e.id for e in episodes]}) + "\n")
-    return kept
-
-
 async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency: int = 64,
                    live: TextIO | None = None, progress: TextIO | None = sys.stderr,
                    resume: bool = False, overwrite: bool = False, tools: Sequence[Any] = (),
@@ -366,7 +307,11 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     for error in invalid:
         if progress is not None:
             print(f"invalid episode: {error}", file=progress, flush=True)
-    kept = _prepare(out, episodes, resume, overwrite)
+    found = prepare(out, [e.id for e in episodes], resume=resume, overwrite=overwrite)
+    if progress is not None:
+        for damaged in found.damaged:
+            print(damaged, file=progress, flush=True)
+    kept = found.kept
     ensure_ray()  # only now: a refused folder, plugin or episode file never waits for a Ray to start
     reports: dict[str, EpisodeReport] = dict(kept)
     failures = 0
@@ -381,7 +326,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                 async with contextlib.aclosing(job.run(works, in_flight=concurrency, runners_per_node=runners_per_node,
                                                        on_card=on_card, runner_options=runner_options)) as batches:
                     async for batch in batches:
-                        await asyncio.to_thread(_write_reports, out / "reports", batch)
+                        await asyncio.to_thread(write_reports, out / "reports", batch)
                         for report in batch:
                             reports[report.id] = report
                             if report.status != "ok":
@@ -395,9 +340,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     ordered = [reports[e.id] for e in episodes if e.id in reports]
     summary = summary_of(ordered, invalid, time.monotonic() - started)
     summary["out"] = str(out)
-    (out / "summary.json").write_text(_summary_json(summary))
-    (out / "summary.md").write_text(markdown_of(summary))
-    (out / "summary.html").write_text(render_html(summary, ordered, out / "logs"), encoding="utf-8")
+    write_summaries(out, _summary_json(summary), markdown_of(summary), render_html(summary, ordered, out / "logs"))
     return summary
 
 
