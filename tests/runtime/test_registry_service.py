@@ -157,15 +157,20 @@ def test_an_executor_or_queue_killed_for_good_is_replaced_though_no_client_met_i
         await handle.subscribe.remote("client", -1)  # a client connects: the pools are watched
         before = [h for h, _ in await handle.executor_nodes.remote()]
         queue = (await handle.code_queues.remote())[0][0]
+        async def replaced(member, listed):  # each watch replaces it on the loop (the alive nodes: a thread)
+            for _ in range(500):
+                if member not in [h for h, _ in await listed.remote()]:
+                    return
+                await asyncio.sleep(0.01)
+
         spawner.kill(before[0])
         spawner.kill(queue)
-        for _ in range(20):  # each watch runs on the loop: a few turns
-            await asyncio.sleep(0)
+        await replaced(before[0], handle.executor_nodes)
+        await replaced(queue, handle.code_queues)
         after = [h for h, _ in await handle.executor_nodes.remote()]
         queues = [h for h, _ in await handle.code_queues.remote()]
         spawner.kill(after[0])  # its successor is watched too
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await replaced(after[0], handle.executor_nodes)
         again = [h for h, _ in await handle.executor_nodes.remote()]
         return before, after, queue, queues, again, spawner
 
