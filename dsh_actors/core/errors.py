@@ -29,6 +29,8 @@ there is, with its code, and that each one pickles)::
     │   ├── ScopeUnavailableError       SCOPE_UNAVAILABLE
     │   ├── RegistryUnavailableError    REGISTRY_UNAVAILABLE
     │   ├── ApprovalTimeoutError        APPROVAL_TIMEOUT     runtime.approval: nobody answered an ask in time
+    │   ├── FleetLimitConflictError     FLEET_LIMIT_CONFLICT runtime.limits: a group asked for with two caps
+    │   ├── FleetLimitUnavailableError  FLEET_LIMIT_UNAVAILABLE runtime.limits: no limiter answers
     │   ├── PlacementError              PLACEMENT_FAILED     no node can run the body
     │   └── RayRuntimeError             RAY_ERROR            any other error from Ray
     ├── Code Mode:

@@ -56,6 +56,7 @@ from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failur
 from .episodes import Episode, EpisodeError, load_episodes
 from .heap import collector_paused, long_lived
 from .plugins import PluginError, load_tools
+from .policies import check_fleet_caps
 from .report_html import render_html
 from .reports import EpisodeReport, markdown_of, summary_of
 from .run_folder import RunFolderError, prepare, write_reports, write_summaries
@@ -233,6 +234,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
         twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) < len(names) else []
         if twice:
             raise ValueError(f"episodes must differ in {attribute.replace('_id', '')}: {twice} used twice")
+    check_fleet_caps([(e.id, list(e.policies)) for e in items])
     works = [Work(e, _model_config(e, model) if e.task is not None else None) for e in items]
     folder = Path(out).resolve() if out is not None else None
     if folder is not None:

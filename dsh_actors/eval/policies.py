@@ -73,6 +73,25 @@ def check_policy_names(names: list[str]) -> None:
             parse_fleet_limit(name[len(FLEET_LIMIT):])
 
 
+def check_fleet_caps(episodes: list[tuple[str, list[str]]]) -> None:
+    """``ValueError`` when episodes of one job give one group of tools two caps (``(id,
+    policy names)`` each): the fleet's limiter holds one cap per group, and a silent last
+    word would let ``bash=1`` episodes run beside ``bash=8`` ones at eight."""
+    from ..runtime.limits import parse_fleet_limit
+
+    seen: dict[str, tuple[int, str]] = {}  # group -> (cap, the first episode to give it)
+    for episode_id, names in episodes:
+        for name in names:
+            if not name.startswith(FLEET_LIMIT):
+                continue
+            for tools, cap in parse_fleet_limit(name[len(FLEET_LIMIT):]).items():
+                group = "+".join(sorted(tools))
+                first = seen.setdefault(group, (cap, episode_id))
+                if first[0] != cap:
+                    raise ValueError(f"episodes {first[1]!r} and {episode_id!r} give the fleet limit {group!r} two "
+                                     f"caps ({first[0]} and {cap}); one group has one cap in a job")
+
+
 def policy_listeners(names: list[str]) -> list[tuple[Event, Any]]:
     """``(event, listener)`` for each named policy; an unknown name raises with the list."""
     from ..runtime.limits import fleet_limit, parse_fleet_limit

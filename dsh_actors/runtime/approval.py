@@ -32,7 +32,7 @@ from ..core.pipeline import ApprovalRequest
 from ..core.within import within
 from . import metrics
 from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
-from .mailboxes import PROCESS_INCARNATION
+from .requester import CHECK_S, requester, still_there
 from .response import NamedActorClient, Response
 from .session import SessionLog
 from .wire import agent_session
@@ -88,18 +88,6 @@ def answer_hint(registry: str, namespace: str, agent: str, tool_name: str, reque
 
 
 APPROVALS_OPTIONS = {"num_cpus": 0, "max_restarts": 0}
-REQUESTER_CHECK_S = 2.0
-"""How often the queue checks that the processes whose calls asked are still alive."""
-
-
-async def _still_there(handle: Any, incarnation: str) -> bool:
-    """Whether the process that asked still runs (the actor answers with its incarnation)."""
-    try:
-        return await within(handle.alive.remote(), 30) == incarnation
-    except ACTOR_GONE:
-        return False
-    except Exception:  # noqa: BLE001 - slow or unsure: the ask stays (a later check decides)
-        return True
 """Options of the approval queue actor (a dead one is mounted again, not restarted)."""
 
 
@@ -183,7 +171,7 @@ class ApprovalQueueService:
         is still the one that asked; an ask whose process died (or was restarted) is
         cancelled, so it can no longer be allowed."""
         while self._pending:
-            await asyncio.sleep(REQUESTER_CHECK_S)
+            await asyncio.sleep(CHECK_S)
             by_process: dict[tuple[str, str], list[str]] = {}
             handles: dict[tuple[str, str], Any] = {}
             for request_id, entry in list(self._pending.items()):
@@ -193,7 +181,7 @@ class ApprovalQueueService:
                     by_process.setdefault(key, []).append(request_id)
                     handles[key] = handle
             for key, requests in by_process.items():
-                if not await _still_there(handles[key], key[1]):
+                if not await still_there(handles[key], key[1]):
                     for request_id in requests:
                         self._settle(request_id, "cancelled")
 
@@ -245,14 +233,6 @@ class ApprovalQueueService:
         return sum(self._settle(request_id, "cancelled") for request_id in doomed)
 
 
-def _requester() -> tuple[Any, str] | None:
-    """This process as a requester of asks (``None`` outside an actor)."""
-    try:
-        return ray.get_runtime_context().current_actor, PROCESS_INCARNATION
-    except Exception:  # noqa: BLE001 - not an actor: nobody to watch
-        return None
-
-
 def _node() -> str | None:
     try:
         return ray.get_runtime_context().get_node_id()
@@ -293,7 +273,7 @@ class ActorApproval:
             return "unavailable"  # unmounted, or its registry is gone
         request_id = uuid.uuid4().hex
         ref = handle.request.remote(request_id, request.agent, request.tool_name, request.call_id,
-                                    request.reason, _requester(), _node())
+                                    request.reason, requester(), _node())
         remove = signal.add_listener(lambda _: handle.cancel.remote(request_id)) if signal else None
         try:
             outcome = await ref

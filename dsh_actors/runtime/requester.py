@@ -1,0 +1,43 @@
+"""The process that made a request of a shared actor, and whether it still runs.
+
+A shared actor (the approval queue, a fleet limiter) keeps requests waiting for their
+callers; Ray does not tell it when a caller's process dies, so a waiting request would
+outlive its call — an ask someone could still allow, a slot granted to nobody. A request
+names its process (:func:`requester`: its actor handle and the incarnation its
+``alive`` method answers); the actor asks now and then (:func:`still_there`) and drops
+the requests of processes that are gone or were restarted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from ..core.within import within
+from .errors import ACTOR_GONE
+from .mailboxes import PROCESS_INCARNATION
+
+__all__ = ["CHECK_S", "requester", "still_there"]
+
+CHECK_S = 2.0
+"""How often an actor holding waiting requests checks that their processes still run."""
+
+
+def requester() -> tuple[Any, str] | None:
+    """This process, as a request names it (``None`` outside an actor: nobody to watch)."""
+    try:
+        return ray.get_runtime_context().current_actor, PROCESS_INCARNATION
+    except Exception:  # noqa: BLE001 - not an actor
+        return None
+
+
+async def still_there(handle: Any, incarnation: str) -> bool:
+    """Whether the process that made a request still runs (its actor answers with the
+    same incarnation); unsure (slow, or another failure) counts as there."""
+    try:
+        return await within(handle.alive.remote(), 30) == incarnation
+    except ACTOR_GONE:
+        return False
+    except Exception:  # noqa: BLE001 - slow or unsure: a later check decides
+        return True
