@@ -59,6 +59,8 @@ append it was running is never retried. Detached: whichever process happens to m
 it serves every process on its node and must not end with that one."""
 
 _FSYNC_POLICIES = ("always", "interval", "never")
+ABANDONED_S = 60.0
+"""How long a session its (all dead) openers left must be idle before its writer closes it."""
 
 
 class SessionLogWriteError(HarnessError):
@@ -187,6 +189,7 @@ class SessionWriterCore:
         self._files: dict[str, FrameFile] = {}  # by resolved path: sessions may share a file
         self._sessions: dict[str, str] = {}  # session id -> resolved path
         self._holders: dict[str, set[str | None]] = {}  # session id -> its openers' actor ids (None: a driver)
+        self._used: dict[str, float] = {}  # session id -> when it was last opened or written (monotonic)
         self.directory = SessionDirectory(directory)
 
     def open(self, session_id: str, path: str, fsync: FsyncPolicy, fsync_interval_s: float,
@@ -215,6 +218,7 @@ class SessionWriterCore:
             self._files[resolved] = FrameFile(resolved, fsync=fsync, fsync_interval_s=fsync_interval_s)
         self._sessions[session_id] = resolved
         self._holders.setdefault(session_id, set()).add(holder)
+        self._used[session_id] = time.monotonic()
         self.directory.opened(session_id, resolved, fsync, fsync_interval_s)
         return self.info(session_id)
 
@@ -262,6 +266,7 @@ class SessionWriterCore:
                 results.append(("not_open",))
             else:
                 results.append(self._write(path, op[2]))
+                self._used[session_id] = time.monotonic()
                 if results[-1][0] == "ok":
                     written[path] = self._files[path]
         failed.update(self._sync([f for f in written.values() if f.sync_due()]))
@@ -324,8 +329,16 @@ class SessionWriterCore:
                     errors[kind] = errors.get(kind, 0) + 1
         return {**info, "by_type": by_type, "errors_by_type": errors}
 
+    def idle_held_by_actors(self, idle_s: float) -> dict[str, set[str]]:
+        """Sessions untouched for ``idle_s`` whose openers are all actors (not drivers,
+        whose death nobody can ask about), with those actors' ids: candidates to close."""
+        now = time.monotonic()
+        return {session_id: {h for h in holders if h is not None} for session_id, holders in self._holders.items()
+                if holders and None not in holders and now - self._used.get(session_id, now) >= idle_s}
+
     def close(self, session_id: str) -> None:
         """Close ``session_id``, and its file (synced first) unless another session shares it."""
+        self._used.pop(session_id, None)
         self._holders.pop(session_id, None)
         self.directory.closed(session_id)
         path = self._sessions.pop(session_id, None)
@@ -346,6 +359,24 @@ class SessionWriterService:
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-commit")
         self._waiting: list[tuple[list[tuple[str, list[Any]]], asyncio.Future[Any]]] = []
         self._committing = False
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def _sweep_later(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep())
+
+    async def _sweep(self) -> None:
+        """While sessions are open: every ``ABANDONED_S``, close those left idle that long by
+        actors that are all dead (an episode runner killed mid-episode, a killed driver's
+        runners): this detached writer outlives every job, and kept their files open for
+        ever (97 after four killed drivers; its file limit is 20,000)."""
+        while True:
+            await asyncio.sleep(ABANDONED_S)
+            candidates = await self._in_thread(self._core.idle_held_by_actors, ABANDONED_S)
+            for session_id, holders in candidates.items():
+                if await asyncio.to_thread(_all_dead, set(holders)):
+                    await self._in_thread(self._core.close, session_id)
+                    logger.info("closed session %r: every process that opened it is dead", session_id)
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -372,6 +403,7 @@ class SessionWriterService:
         is waiting; its results, msgpack-packed (one bytes value is the cheapest thing Ray
         returns). Opens and closes ride here with the appends, so an episode's log costs
         no actor call of its own."""
+        self._sweep_later()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append((batch, future))
         if not self._committing:

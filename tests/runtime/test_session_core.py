@@ -151,3 +151,38 @@ def test_a_session_whose_file_was_removed_under_it_is_opened_anew_not_joined(tmp
     assert [r[0] for r in again] == ["ok", "ok", "ok"] and again[2][1]["events"] == 2
     assert [e["type"] for e in read_records(path)] == ["turn/start", "user/message"]  # all of the last attempt
     assert core.holders("agent") == set()
+
+
+def test_a_writer_closes_the_sessions_dead_actors_left_open_and_keeps_a_drivers(tmp_path, monkeypatch):
+    """A detached writer outlives every job: sessions whose openers are all dead actors (a
+    killed runner's, a killed driver's runners') are closed once idle, their files with
+    them (counted in /proc/self/fd), while a driver's session stays open."""
+    import asyncio
+    import os
+
+    from dsh_actors.runtime import session
+
+    monkeypatch.setattr(session, "ABANDONED_S", 0.05)
+    monkeypatch.setattr(session, "_all_dead", lambda holders: holders <= {"dead-runner"})
+
+    def open_files():
+        return sum(1 for fd in os.listdir("/proc/self/fd") if str(tmp_path) in os.path.realpath(f"/proc/self/fd/{fd}"))
+
+    async def scenario():
+        writer = session.SessionWriterService(directory=str(tmp_path / "notes"))
+        ops = [("open", f"ep-{i}", str(tmp_path / f"ep-{i}.log"), "never", 0.05, "dead-runner") for i in range(5)]
+        ops += [("open", "driver", str(tmp_path / "driver.log"), "never", 0.05, None),
+                ("open", "alive", str(tmp_path / "alive.log"), "never", 0.05, "live-runner")]
+        await writer.commit_batch(ops)
+        before = open_files()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if open_files() == before - 5:
+                break
+        after, still = open_files(), [writer._core.is_open(s) for s in ("ep-0", "driver", "alive")]
+        await writer.commit_batch([("close", "driver"), ("close", "alive")])
+        return before, after, still
+
+    before, after, still_open = asyncio.run(scenario())
+    assert before >= 7 and after == before - 5
+    assert still_open == [False, True, True]
