@@ -4,13 +4,16 @@ dying executor or a stranger would."""
 
 import asyncio
 import functools
+import os
+import subprocess
+import sys
 import uuid
 
 import msgpack
 import pytest
 
 from dsh_actors.runtime.channel import Channel, connect
-from dsh_actors.runtime.channel_server import ChannelServer, _ExecutorEnd
+from dsh_actors.runtime.channel_server import ACCEPT_BACKLOG, STRANGERS_MAX, ChannelServer, _ExecutorEnd
 from dsh_actors.runtime.errors import ChannelLost, never_reached
 from dsh_actors.runtime.wire import Frame, Outcome
 
@@ -136,6 +139,66 @@ async def test_a_stranger_is_cut_off_before_it_can_fill_memory():
 async def test_a_stranger_is_never_unpacked_so_a_huge_header_costs_nothing():
     answered, ran, connections = await a_stranger_sends(b"\xdd\x05\xf5\xe1\x00" + b"\x00" * 40)  # array32: 100 M
     assert answered == b"" and ran == [] and connections == 0
+
+
+FLOODER = """
+import socket, sys
+address, count = "\\0" + sys.argv[1], int(sys.argv[2])
+held = []
+for _ in range(count):
+    stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stranger.connect(address)  # (blocks while the executor's accept queue is full)
+    held.append(stranger)
+print(len(held), flush=True)
+sys.stdin.read()  # holds every socket open until the test ends
+"""
+
+
+def ended(process):
+    process.kill()
+    process.wait()
+    process.stdin.close()
+    process.stdout.close()
+
+
+def open_sockets():
+    """How many sockets this process holds open, as the kernel counts them."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(1 for fd in fds if _link(fd).startswith("socket:"))
+
+
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # closed since it was listed
+        return ""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts sockets in /proc")
+@pytest.mark.timeout(90)
+@on_a_loop
+async def test_a_flood_of_connections_without_the_secret_holds_few_sockets_and_callers_are_served():
+    """Another process opens 2,000 connections and never says hello (as a flood measured on
+    an executor did, up to its limit of 20,000 descriptors): the executor's process never
+    holds more than a few hundred sockets meanwhile, a welcomed caller's calls are
+    answered all along, and a caller connecting at the end, the flood still open, is welcomed."""
+    executor = Executor()
+    channel, _ = await open_channel(executor)
+    address, _ = await executor.server.open()
+    before = open_sockets()
+    flood = subprocess.Popen([sys.executable, "-c", FLOODER, address.lstrip("\0"), "2000"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    OPEN.append(functools.partial(ended, flood))
+    flooded = asyncio.ensure_future(asyncio.to_thread(flood.stdout.readline))
+    most, answered = 0, 0
+    while not flooded.done():
+        outcomes = await asyncio.gather(*(send(channel, b"during").future for _ in range(10)))
+        answered += outcomes.count(b"Rduring")
+        most = max(most, open_sockets() - before)
+    assert int(await flooded) == 2000 and answered >= 10
+    assert most <= STRANGERS_MAX + 3 * ACCEPT_BACKLOG  # (before the bound: 2,000, one per stranger)
+    late, _ = await open_channel(executor)
+    assert await send(late, b"late").future == b"Rlate"
 
 
 @on_a_loop
