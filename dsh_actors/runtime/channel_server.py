@@ -18,6 +18,11 @@ What the channel promises, like the actor calls it stands in for:
 - a cancel reaches its call whether it comes before the call started or while it runs;
 - every call answers exactly one outcome frame, or none when the socket is gone.
 
+A caller that does not keep up with its outcomes is sent no more work: while any byte
+for it waits in this process (the kernel holds all it will), none of its frames is read,
+so calls it sends meanwhile stay unreceived on its side (sent elsewhere if the channel
+is lost) instead of piling up here; reading resumes once it has taken everything.
+
 Any process on the node can connect, so a connection that has not proven the secret costs
 little and not for long: at most :data:`STRANGERS_MAX` wait for their hello at once (a
 newer one pushes out the oldest), each for :data:`HELLO_WAIT_S` at most, and nothing they
@@ -130,7 +135,6 @@ class _ExecutorEnd(asyncio.Protocol):
         self.welcomed = False
         self.unchecked = b""  # what arrived before the hello was checked
         self.overdue: asyncio.TimerHandle | None = None
-        self.start_due = False
         self.running: dict[int, asyncio.Task[bytes]] = {}
         self.waiting: dict[int, bytes] = {}  # arrived, held until their RECEIVED frame has left
         self.out = Outbox(self._write)
@@ -138,6 +142,7 @@ class _ExecutorEnd(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        transport.set_write_buffer_limits(high=0)  # told when bytes start to wait here, and when none do
         self.server.arrived(self)
         self.overdue = asyncio.get_running_loop().call_later(HELLO_WAIT_S, self._cut)
 
@@ -175,8 +180,7 @@ class _ExecutorEnd(asyncio.Protocol):
         if arrived:
             self.out.put(Frame.RECEIVED, arrived)
             self.out.flush()
-            if not self.start_due:
-                self._start_waiting()
+            self._start_waiting()
 
     def _hello(self, data: bytes) -> bytes | None:
         """Check the first bytes against the hello, byte for byte (nothing a stranger sends
@@ -196,15 +200,24 @@ class _ExecutorEnd(asyncio.Protocol):
         self.out.put(Frame.WELCOME, self.server.incarnation)
         return rest
 
+    def pause_writing(self) -> None:
+        """The caller is behind (the kernel holds all it will of what it has not read):
+        read none of its frames until it has taken the rest."""
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        """Everything written is in the kernel's hands: read on, and start what waited."""
+        if self.transport is not None:
+            self.transport.resume_reading()
+            self._start_waiting()
+
     def _start_waiting(self) -> None:
         """Start the calls that arrived — only once their RECEIVED frame is in the kernel's
-        hands: if this process dies before, the caller knows none of them ran."""
-        self.start_due = False
-        if self.transport is None or self.transport.is_closing() or not self.waiting:
-            return
-        if self.transport.get_write_buffer_size():
-            self.start_due = True
-            asyncio.get_running_loop().call_later(0.001, self._start_waiting)
+        hands: if this process dies before, the caller knows none of them ran (while it is
+        not, :meth:`resume_writing` comes once it is)."""
+        if self.transport is None or self.transport.is_closing() or not self.waiting \
+                or self.transport.get_write_buffer_size():
             return
         waiting, self.waiting = self.waiting, {}
         for key, envelope in waiting.items():

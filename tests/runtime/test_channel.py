@@ -5,6 +5,7 @@ dying executor or a stranger would."""
 import asyncio
 import functools
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -57,8 +58,13 @@ class Call:
             self.future.set_exception(exc)
 
 
+BIG = b"o" * (1 << 20)
+"""An outcome larger than the kernel holds for a caller that does not read (≈200 KiB)."""
+
+
 class Executor:
-    """``run`` answers ``b"R" + envelope`` after the envelope's gate opens (if it names one)."""
+    """``run`` answers ``b"R" + envelope`` after the envelope's gate opens (if it names one),
+    and :data:`BIG` for an envelope that starts with ``big``."""
 
     def __init__(self):
         self.ran: list[bytes] = []
@@ -70,7 +76,7 @@ class Executor:
         self.ran.append(envelope)
         if envelope.startswith(b"gate:"):
             await self.gates.setdefault(envelope, asyncio.Event()).wait()
-        return b"R" + envelope
+        return BIG if envelope.startswith(b"big") else b"R" + envelope
 
 
 async def open_channel(executor, lost=None):
@@ -79,6 +85,18 @@ async def open_channel(executor, lost=None):
     channel = await connect(address, secret, lost or losses.append)
     OPEN.append(channel.close)
     return channel, losses
+
+
+async def a_raw_caller(executor):
+    """A bare socket to ``executor`` that has said hello and reads only when the test does."""
+    address, secret = await executor.server.open()
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    caller.setblocking(False)
+    OPEN.append(caller.close)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(caller, address)
+    await loop.sock_sendall(caller, msgpack.packb([Frame.HELLO, secret]))
+    return caller
 
 
 def send(channel, envelope):
@@ -199,6 +217,45 @@ async def test_a_flood_of_connections_without_the_secret_holds_few_sockets_and_c
     assert most <= STRANGERS_MAX + 3 * ACCEPT_BACKLOG  # (before the bound: 2,000, one per stranger)
     late, _ = await open_channel(executor)
     assert await send(late, b"late").future == b"Rlate"
+
+
+@pytest.mark.timeout(60)
+@on_a_loop
+async def test_a_caller_that_stops_reading_has_no_more_calls_taken_and_loses_none():
+    """A caller stops reading while a 1 MiB outcome comes to it. The executor takes none of
+    its frames until it has read that (its socket soon takes no more), instead of holding
+    whatever it goes on sending; once it reads, every call is answered once and ran once."""
+    executor = Executor()
+    caller, loop = await a_raw_caller(executor), asyncio.get_running_loop()
+    await loop.sock_sendall(caller, msgpack.packb([Frame.CALL, 1, b"big"]))
+    while not executor.ran:
+        await asyncio.sleep(0.01)
+    sent, unsent, refused = [b"big"], b"", 0
+    while refused < 20 and len(sent) < 20_000:  # 20 turns of the loop in a row without taking a byte
+        if not unsent:
+            sent.append(b"call-%d-" % (len(sent) + 1) + b"." * 1000)
+            unsent = msgpack.packb([Frame.CALL, len(sent), sent[-1]])
+        try:
+            unsent, refused = unsent[caller.send(unsent):], 0
+        except BlockingIOError:
+            refused += 1
+            await asyncio.sleep(0)  # the executor's turn: it reads now, if it reads at all
+    assert len(sent) < 20_000  # (before backpressure: it took all 20 MB and held them)
+    assert len(executor.ran) < len(sent)
+
+    sending = asyncio.ensure_future(loop.sock_sendall(caller, unsent))
+    outcomes, unpacker = {}, msgpack.Unpacker(raw=False)
+    while len(outcomes) < len(sent):
+        data = await loop.sock_recv(caller, 1 << 20)
+        assert data, "the executor cut the channel"
+        unpacker.feed(data)
+        for frame in unpacker:
+            if frame[0] == Frame.OUTCOME:
+                assert frame[1] not in outcomes
+                outcomes[frame[1]] = frame[2]
+    await sending
+    assert outcomes == {key: BIG if key == 1 else b"R" + sent[key - 1] for key in range(1, len(sent) + 1)}
+    assert sorted(executor.ran) == sorted(sent)
 
 
 @on_a_loop
@@ -324,6 +381,9 @@ async def test_calls_wait_until_their_receipt_has_left():
         def close(self):
             pass
 
+        def resume_reading(self):
+            pass
+
     end, transport = _ExecutorEnd(server), Transport()
     end.transport = transport  # a transport whose buffer the kernel has not taken yet
     end.data_received(msgpack.packb([Frame.HELLO, server.secret]) + msgpack.packb([Frame.CALL, 1, b"x"]))
@@ -333,6 +393,7 @@ async def test_calls_wait_until_their_receipt_has_left():
     await asyncio.sleep(0.02)
     assert ran == []  # its receipt is still buffered
     transport.buffered = 0
+    end.resume_writing()  # (as asyncio says once its buffer is empty)
     await asyncio.sleep(0.02)
     assert ran == [b"x"]
 
