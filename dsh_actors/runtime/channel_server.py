@@ -21,7 +21,11 @@ What the channel promises, like the actor calls it stands in for:
 A caller that does not keep up with its outcomes is sent no more work: while any byte
 for it waits in this process (the kernel holds all it will), none of its frames is read,
 so calls it sends meanwhile stay unreceived on its side (sent elsewhere if the channel
-is lost) instead of piling up here; reading resumes once it has taken everything.
+is lost) instead of piling up here; reading resumes once it has taken everything. The
+outcomes of the calls it had running still come: once more than
+:data:`OUTBOX_MAX_BYTES` of them wait here, the next one cuts its channel off, and its
+calls fail as on an executor's death (``WORKER_CRASHED`` for those it had been told were
+received, sent elsewhere for the rest) — exactly one result each, none run twice.
 
 Any process on the node can connect, so a connection that has not proven the secret costs
 little and not for long: at most :data:`STRANGERS_MAX` wait for their hello at once (a
@@ -66,6 +70,14 @@ than real ones need. Pushing out the oldest rather than refusing the newest mean
 stranger cannot lock callers out by holding 64 silent connections: it has to open more
 than 64 in the few turns a caller's hello takes, for as long as it wants them out."""
 
+OUTBOX_MAX_BYTES = 64 << 20
+"""How many bytes of outcomes may wait here for one caller before the next cuts it off
+(see the module docs). Only outcomes of calls already running when it stopped reading
+can come to this; bounding them bounds what a stuck caller costs the executor (one
+stuck with 200 MiB of outcomes held them all before). 64 MiB is a thousand 64 KiB shell
+outputs, and as much as one session-log frame holds. The bound is checked before each
+outcome is queued, so a single outcome larger than it still goes to a caller that reads."""
+
 ACCEPT_BACKLOG = 100
 """How many connections the kernel queues for the executor to accept (asyncio's default),
 which is also how many asyncio accepts in one go before any reaches this module: in a
@@ -81,10 +93,12 @@ def _address() -> str:
 
 class ChannelServer:
     """Serves ``run(envelope) -> outcome bytes`` to callers on this node (see the module
-    docs); ``incarnation`` names this executor process in every welcome."""
+    docs); ``incarnation`` names this executor process in every welcome, and
+    ``outbox_max_bytes`` bounds the outcomes waiting for one caller."""
 
-    def __init__(self, run: Callable[[bytes], Awaitable[bytes]], incarnation: str) -> None:
-        self._run, self.incarnation = run, incarnation
+    def __init__(self, run: Callable[[bytes], Awaitable[bytes]], incarnation: str,
+                 outbox_max_bytes: int = OUTBOX_MAX_BYTES) -> None:
+        self._run, self.incarnation, self.outbox_max_bytes = run, incarnation, outbox_max_bytes
         self.secret = secrets.token_bytes(16)
         self.hello = msgpack.packb([Frame.HELLO, self.secret])  # the exact bytes a caller must send first
         self._opening: asyncio.Future[str] | None = None
@@ -234,7 +248,13 @@ class _ExecutorEnd(asyncio.Protocol):
 
     def _finished(self, key: int, done: "asyncio.Task[bytes]") -> None:
         self.running.pop(key, None)
-        self.out.put(Frame.OUTCOME, key, task_outcome(done))
+        outcome = task_outcome(done)  # (read even when it goes nowhere: a failure is retrieved)
+        if self.transport is None:
+            return
+        if self.transport.get_write_buffer_size() + self.out.size > self.server.outbox_max_bytes:
+            self._cut()  # a caller that left this much unread (see OUTBOX_MAX_BYTES)
+            return
+        self.out.put(Frame.OUTCOME, key, outcome)
 
     def _write(self, data: bytes) -> None:
         if self.transport is not None:

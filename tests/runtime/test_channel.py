@@ -15,7 +15,7 @@ import pytest
 
 from dsh_actors.runtime.channel import Channel, connect
 from dsh_actors.runtime.channel_server import ACCEPT_BACKLOG, STRANGERS_MAX, ChannelServer, _ExecutorEnd
-from dsh_actors.runtime.errors import ChannelLost, never_reached
+from dsh_actors.runtime.errors import ChannelLost, never_reached, translate
 from dsh_actors.runtime.wire import Frame, Outcome
 
 pytestmark = pytest.mark.timeout(30)
@@ -66,10 +66,10 @@ class Executor:
     """``run`` answers ``b"R" + envelope`` after the envelope's gate opens (if it names one),
     and :data:`BIG` for an envelope that starts with ``big``."""
 
-    def __init__(self):
+    def __init__(self, **options):
         self.ran: list[bytes] = []
         self.gates: dict[bytes, asyncio.Event] = {}
-        self.server = ChannelServer(self.run, incarnation="inc-1")
+        self.server = ChannelServer(self.run, incarnation="inc-1", **options)
         OPEN.append(self.server.close)
 
     async def run(self, envelope: bytes) -> bytes:
@@ -256,6 +256,41 @@ async def test_a_caller_that_stops_reading_has_no_more_calls_taken_and_loses_non
     await sending
     assert outcomes == {key: BIG if key == 1 else b"R" + sent[key - 1] for key in range(1, len(sent) + 1)}
     assert sorted(executor.ran) == sorted(sent)
+
+
+def resident_bytes():
+    """This process's resident memory, as the kernel counts it."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads memory from /proc")
+@pytest.mark.timeout(60)
+@on_a_loop
+async def test_a_caller_that_leaves_more_outcomes_unread_than_the_bound_is_cut_off_and_its_calls_fail_as_lost():
+    """A caller stops reading with 64 calls running whose outcomes are 1 MiB each, on an
+    executor that lets 4 MiB wait for one caller: the process's memory does not grow by
+    what it did not read, another caller is served meanwhile, and each of its calls gets
+    exactly one result — its outcome, or the channel lost after the call was received
+    (which the caller answers as WORKER_CRASHED)."""
+    executor = Executor(outbox_max_bytes=4 << 20)
+    stuck, losses = await open_channel(executor)
+    other, _ = await open_channel(executor)
+    stuck._transport.pause_reading()  # its loop is busy elsewhere: nothing the executor sends is read
+    before = resident_bytes()
+    calls = [send(stuck, b"big-%d" % i) for i in range(64)]
+    while len(executor.ran) < 64:
+        await asyncio.sleep(0.01)
+    assert await send(other, b"meanwhile").future == b"Rmeanwhile"
+    grown = resident_bytes() - before
+    stuck._transport.resume_reading()
+    results = await asyncio.gather(*(call.future for call in calls), return_exceptions=True)
+    assert grown < 16 << 20  # (before the bound: the 64 MiB it did not read, and more)
+    lost = [result for result in results if isinstance(result, ChannelLost)]
+    assert lost and all(result.reached for result in lost) and losses == [stuck]
+    assert all(result == BIG for result in results if result not in lost)
+    assert translate(lost[0]).code == "WORKER_CRASHED"
+    assert await send(other, b"after").future == b"Rafter"
 
 
 @on_a_loop
