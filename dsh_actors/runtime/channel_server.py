@@ -7,7 +7,7 @@ socket the executor listens on (:mod:`.channel` is the caller's side): one frame
 call and per outcome (:class:`~.wire.Frame`), many per write, no task per call. Ray
 still places, restarts and addresses the executor; it hands out the socket's address and
 secret (:meth:`ChannelServer.open`, behind the actor's ``channel`` method), so only a
-process Ray let call the executor can connect.
+process Ray let call the executor is served.
 
 What the channel promises, like the actor calls it stands in for:
 
@@ -18,9 +18,9 @@ What the channel promises, like the actor calls it stands in for:
 - a cancel reaches its call whether it comes before the call started or while it runs;
 - every call answers exactly one outcome frame, or none when the socket is gone.
 
-A caller that does not keep up with its outcomes is sent no more work: while any byte
-for it waits in this process (the kernel holds all it will), none of its frames is read,
-so calls it sends meanwhile stay unreceived on its side (sent elsewhere if the channel
+A caller that does not keep up with its outcomes has no more calls taken: while any byte
+for it waits in this process (the kernel holds all it will), none of its frames is read
+(its cancels wait too), so calls it sends meanwhile stay unreceived on its side (sent elsewhere if the channel
 is lost) instead of piling up here; reading resumes once it has taken everything. The
 outcomes of the calls it had running still come: once more than
 :data:`OUTBOX_MAX_BYTES` of them wait here, the next one cuts its channel off, and its
