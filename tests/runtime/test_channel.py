@@ -173,6 +173,7 @@ sys.stdin.read()  # holds every socket open until the test ends
 
 
 def ended(process):
+    """Kill ``process`` and close its pipes."""
     process.kill()
     process.wait()
     process.stdin.close()
