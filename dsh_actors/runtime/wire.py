@@ -196,16 +196,19 @@ class Outbox:
     """The frames one end of a channel queues on its event loop: what one turn of the loop
     queues leaves in one ``write`` (both ends send through one)."""
 
-    __slots__ = ("_write", "_frames", "_due")
+    __slots__ = ("_write", "_frames", "_due", "size")
 
     def __init__(self, write: Callable[[bytes], None]) -> None:
         self._write = write
         self._frames: list[bytes] = []
         self._due = False
+        self.size = 0  # bytes queued for the next write
 
     def put(self, *items: Any) -> None:
         """Queue the frame ``[*items]`` (its tag first)."""
-        self._frames.append(msgpack.packb(items))
+        frame = msgpack.packb(items)
+        self._frames.append(frame)
+        self.size += len(frame)
         if not self._due:
             self._due = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -214,7 +217,7 @@ class Outbox:
         """Write what is queued now, instead of at the end of the loop's turn."""
         self._due = False
         if self._frames:
-            frames, self._frames = self._frames, []
+            frames, self._frames, self.size = self._frames, [], 0
             self._write(b"".join(frames))
 
 

@@ -8,6 +8,8 @@
 - A call that never reached an executor (it was restarting) goes to another one.
 - A cancel made right after the call is never lost: the body never starts.
 - An ask dies with its call: once the executor holding it died, it can no longer be allowed.
+- A caller that stops reading its channel while large results come is cut off, not
+  buffered for: each of its calls still answers once (its result or WORKER_CRASHED).
 - Nothing blocks an async actor's event loop on Ray: no "blocking ray.get" warning in any log.
 """
 
@@ -482,5 +484,58 @@ def test_cancelling_the_task_that_awaits_a_call_stops_the_call_where_it_runs(ray
         asyncio.run(scenario())
         assert Path(tmp_path, "c.start").exists() and Path(tmp_path, "warm.end").exists()
         assert not Path(tmp_path, "c.end").exists()
+    finally:
+        registry.shutdown()
+
+
+def test_a_caller_whose_loop_stalls_while_large_results_come_has_its_channel_cut_and_each_call_answers_once(
+        ray_cluster, tmp_path):
+    """A driver stops reading its channel (its event loop blocked) while 80 results of 1 MiB
+    come to it: the executor cuts the channel off past its bound (64 MiB) instead of holding
+    them all; each call then has exactly one result — its own, or WORKER_CRASHED — and ran
+    once, and the next call is served."""
+    head = ray.get_runtime_context().get_node_id()
+    release = Path(tmp_path, "release")
+
+    async def big(args, ctx):
+        Path(tmp_path, f"{ctx.call_id}.{time.monotonic_ns()}.run").touch()
+        while args.get("gate") and not release.exists():
+            await asyncio.sleep(0.01)
+        return [text_block("x" * (1 << 20))]
+
+    registry = connect("stall-channel")
+
+    def connections(executor):
+        return ray.get(executor.__ray_call__.remote(lambda self: len(self._channel.connections)), timeout=T)
+
+    async def scenario():
+        await registry.execute(call_id="warm", name="big", arguments={})
+        await asyncio.sleep(0.5)  # its lane's channel opens meanwhile
+        executor = executor_on(registry, head)
+        calls = [asyncio.ensure_future(registry.execute(call_id=f"s{i}", name="big", arguments={"gate": True}))
+                 for i in range(80)]
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("s*.run"))) < 80 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        release.touch()
+        # From here this loop is blocked: nothing on its channel is read.
+        deadline = time.monotonic() + 60
+        while connections(executor) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cut = connections(executor) == 0
+        results = await asyncio.wait_for(asyncio.gather(*calls), T)
+        after = await asyncio.wait_for(registry.execute(call_id="after", name="big", arguments={}), T)
+        return cut, results, after
+
+    try:
+        registry.register(define_tool(name="big", description="1 MiB of text", execute=big,
+                                      parameters={"gate": {"type": "boolean"}})).result(T)
+        cut, results, after = asyncio.run(scenario())
+        assert cut
+        codes = [r.error["code"] if r.is_error else len(r.text) for r in results]
+        assert set(codes) <= {"WORKER_CRASHED", 1 << 20} and "WORKER_CRASHED" in codes
+        assert not after.is_error
+        runs = sorted(p.name.split(".")[0] for p in tmp_path.glob("*.run"))
+        assert runs == sorted(["warm", "after"] + [f"s{i}" for i in range(80)])  # each ran once
     finally:
         registry.shutdown()
