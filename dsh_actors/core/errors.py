@@ -33,6 +33,17 @@ there is, with its code, and that each one pickles)::
     │   ├── FleetLimitUnavailableError  FLEET_LIMIT_UNAVAILABLE runtime.limits: no limiter answers
     │   ├── PlacementError              PLACEMENT_FAILED     no node can run the body
     │   └── RayRuntimeError             RAY_ERROR            any other error from Ray
+    ├── episode environments (envs.contract):
+    │   ├── EnvironmentUnavailableError ENV_UNAVAILABLE      this host lacks a wall (infrastructure)
+    │   ├── EnvironmentStartError       ENV_START_FAILED     (infrastructure)
+    │   ├── EnvironmentGoneError        ENV_GONE             it ended or died (infrastructure)
+    │   ├── EnvironmentLimitError       ENV_LIMIT            a bound stopped a command (envs.contract.limit_error):
+    │   │   ├── MemoryBoundError        ENV_MEMORY
+    │   │   ├── ProcessBoundError       ENV_PROCESSES
+    │   │   ├── CpuBoundError           ENV_CPU
+    │   │   ├── DiskBoundError          ENV_DISK
+    │   │   └── WallBoundError          ENV_WALL
+    │   └── EnvPathError                ENV_PATH             a path the file tools cannot use there
     ├── Code Mode:
     │   ├── CodeRuntimeMissingError     CODE_RUNTIME_MISSING codemode.transport
     │   └── SandboxUnavailableError     SANDBOX_UNAVAILABLE  codemode.isolation
