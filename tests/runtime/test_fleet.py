@@ -38,7 +38,8 @@ def test_a_registry_config_refuses_each_bad_field_by_name_and_is_frozen(bad, mes
 
 def test_a_connect_that_disagrees_with_the_running_registry_says_what_to_pass():
     running = RegistryConfig("r", "ns", scope_hosting="shared").described()
-    assert running == {"mode": "native", "code_runtime": False, "scope_hosting": "shared", "dialect": None}
+    assert running == {"mode": "native", "code_runtime": False, "scope_hosting": "shared", "dialect": None,
+                       "sessions": None}
     assert RegistryConfig("r", "ns", scope_hosting="shared").conflicts_with(running) is None
     assert 'connect with scope_hosting="shared"' in RegistryConfig("r", "ns").conflicts_with(running)
     assert 'already runs in mode "native", not "code"' in RegistryConfig("r", "ns", mode="code").conflicts_with(running)
