@@ -12,11 +12,14 @@ from typing import Any
 
 from ..core.define import define_tool
 from ..core.types import ToolDefinition, text_block
-from .workspace import AgentWorkspaces, Workspace, WorkspaceError, applied_hunks, workspaces
+from .places import Place, place_of, relative_path
+from .workspace import AgentWorkspaces, Workspace, WorkspaceError, applied_hunks
 
 __all__ = ["fs_tools"]
 
 MAX_READ_BYTES = 256 * 1024
+MAX_EDIT_BYTES = 4 * 1024 * 1024
+"""The largest file ``write_file`` diffs against and ``edit_file`` edits (whole, in memory)."""
 
 
 
@@ -30,20 +33,22 @@ def changes_state(args: object) -> bool:
     return False
 
 
-def fs_tools(root: str | os.PathLike[str] | Workspace | AgentWorkspaces) -> list[ToolDefinition]:
-    """The three file tools for the workspace at ``root`` (or each agent's own: pass
-    :class:`~.workspace.AgentWorkspaces`)."""
-    spaces = workspaces(root)
+def fs_tools(root: "str | os.PathLike[str] | Workspace | AgentWorkspaces | Any") -> list[ToolDefinition]:
+    """The three file tools for ``root``: each agent's environment (an environments
+    resolver; the files are read and written inside its walls), or — opted into — the
+    host's workspace at a path, a :class:`Workspace` or each agent's own
+    (:class:`AgentWorkspaces`)."""
+    places = place_of(root)
 
-    def existing(workspace: Workspace, path: str) -> Any:
-        full = workspace.resolve(path)
-        if not full.is_file():
+    async def existing(ctx: Any, path: str) -> tuple[Place, str]:
+        place = await places.place(ctx)
+        data = await place.read(path, MAX_READ_BYTES)
+        if data is None:
             raise WorkspaceError(f'no file at "{path}" in the workspace')
-        return full
+        return place, data.decode("utf-8", errors="replace")
 
-    def read(args: Any, ctx: Any) -> Any:
-        full = existing(spaces.at(ctx), args["path"])
-        data = full.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+    async def read(args: Any, ctx: Any) -> Any:
+        _, data = await existing(ctx, args["path"])
         lines = data.splitlines(keepends=True)
         start = int(args.get("offset", 1)) - 1 if "offset" in args else 0
         if start < 0:
@@ -51,30 +56,33 @@ def fs_tools(root: str | os.PathLike[str] | Workspace | AgentWorkspaces) -> list
         end = start + int(args["limit"]) if "limit" in args else len(lines)
         return [text_block("".join(lines[start:end]))]
 
-    def write(args: Any, ctx: Any) -> Any:
-        workspace = spaces.at(ctx)
-        full = workspace.resolve(args["path"])
-        before = full.read_text(encoding="utf-8") if full.is_file() else None
-        full.parent.mkdir(parents=True, exist_ok=True)
-        full.write_text(args["content"], encoding="utf-8")
-        rel = workspace.relative(full)
+    async def write(args: Any, ctx: Any) -> Any:
+        place = await places.place(ctx)
+        rel = relative_path(place.root, args["path"])
+        old = await place.read(rel, MAX_EDIT_BYTES)
+        await place.write(rel, args["content"].encode("utf-8"))
+        before = None if old is None else old.decode("utf-8", errors="replace")
         diffs = ([{"path": rel, "old_text": None, "new_text": args["content"]}] if before is None
                  else applied_hunks(rel, before, args["content"]))
         verb = "created" if before is None else "overwrote"
         return {"content": [text_block(f"{verb} {rel} ({len(args['content'])} characters)")], "meta": {"diffs": diffs}}
 
-    def edit(args: Any, ctx: Any) -> Any:
-        workspace = spaces.at(ctx)
-        full = existing(workspace, args["path"])
-        before = full.read_text(encoding="utf-8")
+    async def edit(args: Any, ctx: Any) -> Any:
+        place = await places.place(ctx)
+        rel = relative_path(place.root, args["path"])
+        data = await place.read(rel, MAX_EDIT_BYTES + 1)
+        if data is None:
+            raise WorkspaceError(f'no file at "{args["path"]}" in the workspace')
+        if len(data) > MAX_EDIT_BYTES:
+            raise WorkspaceError(f'"{args["path"]}" is larger than {MAX_EDIT_BYTES} bytes; edit it with bash')
+        before = data.decode("utf-8")
         count = before.count(args["old_text"]) if args["old_text"] else 0
         if count == 0:
             raise WorkspaceError(f'old_text was not found in "{args["path"]}"; read the file and copy the exact text')
         if count > 1 and not args.get("replace_all"):
             raise WorkspaceError(f'old_text occurs {count} times in "{args["path"]}"; add context or set replace_all')
         after = before.replace(args["old_text"], args["new_text"], -1 if args.get("replace_all") else 1)
-        full.write_text(after, encoding="utf-8")
-        rel = workspace.relative(full)
+        await place.write(rel, after.encode("utf-8"))
         return {"content": [text_block(f"edited {rel}: {count if args.get('replace_all') else 1} replacement(s)")],
                 "meta": {"diffs": applied_hunks(rel, before, after)}}
 

@@ -37,7 +37,7 @@ def test_bash_runs_in_the_workspace_and_reports_exit_status_on_a_terminal_card(w
 def test_bash_times_out_and_stops_on_abort(workspace):
     _, registry = workspace
     timed = call(registry, "bash", command="sleep 30", timeout_s=0.3)
-    assert timed.error == {"name": "ToolTimeoutError", "code": "TOOL_TIMEOUT"}
+    assert timed.error == {"name": "WallBoundError", "code": "ENV_WALL"}
     controller = AbortController()
 
     async def scenario():
@@ -45,7 +45,8 @@ def test_bash_times_out_and_stops_on_abort(workspace):
         return await registry.execute(call_id="c", name="bash", arguments={"command": "sleep 30"},
                                       signal=controller.signal)
 
-    assert asyncio.run(scenario()).text == "Error: command stopped: user stop"
+    stopped = asyncio.run(scenario())
+    assert stopped.text == "Error: command stopped: user stop" and stopped.error["code"] == "CANCELLED"
 
 
 def test_read_file_reads_lines_and_refuses_escapes_and_missing_files(workspace):
