@@ -163,7 +163,8 @@ def _eval(args: argparse.Namespace) -> int:
                                        resume=args.resume, overwrite=args.overwrite, model=model, tools=args.tools,
                                        workspace=args.workspace, reference_tools=not args.no_reference_tools,
                                        approvals=args.approvals, runners_per_node=args.runners_per_node,
-                                       shared_out=args.shared_out, tool_timeout_s=args.tool_timeout))
+                                       shared_out=args.shared_out, tool_timeout_s=args.tool_timeout,
+                                       environments=args.environments, keep_workspaces=args.keep_workspaces))
     except (RunFolderError, PluginError, ValueError) as exc:
         print(f"dsh-actors eval: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -193,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("--tool-timeout", type=float, default=600.0, metavar="SECONDS",
                           help="every tool call's deadline (default 600; an episode's limits.tool_timeout_s "
                                "or a tool's own timeout_ms wins)")
+    evaluate.add_argument("--environments", choices=["native", "host"], default="native",
+                          help="native (default): each episode's tools run in an isolated environment of its own; "
+                               "host: on the host in its workspace, with no walls (only for commands you trust)")
+    evaluate.add_argument("--keep-workspaces", choices=["never", "failed", "all"], default="failed",
+                          help="whose workspaces stay on their node once their episode ends (default: failed)")
     evaluate.add_argument("--shared-out", action="store_true",
                           help="--out is on storage every node mounts: runners write workspaces and logs there")
     evaluate.add_argument("--quiet", action="store_true", help="no live cards, only progress")

@@ -33,6 +33,7 @@ from ..log.frames import read_records
 from ..prompt import SystemPrompt
 from ..render import render_card
 from ..runtime.client import ToolRegistry
+from ..runtime.envhost import end_environment, start_environment
 from ..runtime.session import SessionLog
 from ..runtime.step import agent_step
 from ..tools import AgentWorkspaces
@@ -71,6 +72,13 @@ class JobFiles:
     """The workspace template as a tar archive (bytes, or an object ref to them)."""
     home_node: str | None = None
     home_logs: str | None = None
+    environments: str = "native"
+    """``native``: each episode's tools run in an environment of its own (:mod:`dsh_actors.envs`);
+    ``host``: on the host, in its workspace — no walls, chosen explicitly."""
+    keep: str = "failed"
+    """Which episodes' workspaces stay once they end: ``never``, ``failed`` or ``all``."""
+    hidden: tuple[str, ...] = ()
+    """Host paths no environment may see (the run's output folder)."""
 
     @functools.cached_property
     def workspaces(self) -> AgentWorkspaces:
@@ -257,12 +265,17 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
     session: SessionLog | None = None
     log_path: Path | None = None
     tools: dict[str, Any] = {}
+    environment: str | None = None
     try:  # everything, the log and the workspace included: one failing episode never stops the others
         if attempt > 1:
             await scope.close()
         workspace, log_path = await asyncio.to_thread(_fresh_files, episode, files, template)
         report.workspace = str(workspace)
-        session = await SessionLog.open_async(registry.session_id(episode.agent_id), str(log_path))
+        session_id = registry.session_id(episode.agent_id)
+        if files.environments == "native":
+            hidden = (files.root, *files.hidden)  # every other episode's files, the run's output
+            environment = await start_environment(session_id, episode.environment.spec(str(workspace), hidden))
+        session = await SessionLog.open_async(session_id, str(log_path))
         if episode.scope.restrict is not None:
             await scope.restrict({str(key): value for key, value in episode.scope.restrict.items()})
         for guard in episode.scope.guards:
@@ -291,12 +304,25 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
         report.status, report.message = "failed", error_message(exc)
     finally:
         await scope.close()
+        if environment is not None:  # every process it holds ends with the episode
+            await end_environment(registry.session_id(episode.agent_id))
+        if report.workspace is not None and not _kept(files.keep, report.status):
+            await asyncio.to_thread(shutil.rmtree, report.workspace, True)
+            report.workspace = None
         if session is not None:
             summary = await session.close()
             _count_logged(report, summary)
             if report.status == "ok" and summary is not None and not await asyncio.to_thread(_on_disk, log_path, summary):
                 report.status, report.message = "failed", f"its log {log_path} does not hold what its writer took"
     return report, log_path
+
+
+KEEP_WORKSPACES = ("never", "failed", "all")
+"""Which episodes' workspaces a job keeps (``--keep-workspaces``)."""
+
+
+def _kept(keep: str, status: str) -> bool:
+    return keep == "all" or (keep == "failed" and status != "ok")
 
 
 def _on_disk(log_path: Path | None, summary: dict[str, Any]) -> bool:

@@ -141,6 +141,30 @@ class Limits(_Model):
     default: the job's ``--tool-timeout``."""
 
 
+class EnvironmentChoice(_Model):
+    """The episode's environment: what its tools' commands may reach and use (every bound
+    is over the episode's whole life; past one, the command stopped answers its code)."""
+
+    egress: Literal["none", "loopback"] | list[str] = "none"
+    """``none`` (no network), ``loopback`` (its own loopback alone), or the ``host:port``
+    destinations it may reach (enforced by the kernel, not by a pattern)."""
+    memory_mb: int = pydantic.Field(default=2048, ge=16)
+    """Memory its processes may hold at once (``ENV_MEMORY`` past it)."""
+    processes: int = pydantic.Field(default=256, ge=4)
+    """Processes and threads at once (``ENV_PROCESSES``)."""
+    cpu_s: float = pydantic.Field(default=3600.0, gt=0)
+    """CPU seconds of its processes, all together (``ENV_CPU``)."""
+    disk_mb: int = pydantic.Field(default=2048, ge=1)
+    """Bytes written into its workspace (``ENV_DISK``)."""
+
+    def spec(self, workspace: str, hidden: tuple[str, ...]) -> Any:
+        from ..envs import EnvSpec
+
+        egress = self.egress if isinstance(self.egress, str) else tuple(self.egress)
+        return EnvSpec(workspace=workspace, egress=egress, memory_mb=self.memory_mb, processes=self.processes,
+                       cpu_s=self.cpu_s, disk_mb=self.disk_mb, hidden=hidden)
+
+
 class Episode(_Model):
     """One line of an episode file: one agent, its scope and policies, and either scripted
     turns or a task for a model."""
@@ -167,6 +191,8 @@ class Episode(_Model):
     """How the final answer is judged (with ``task`` only; see Scorers)."""
     limits: Limits = pydantic.Field(default_factory=Limits)
     """The run's budgets and its tool calls' deadline."""
+    environment: EnvironmentChoice = pydantic.Field(default_factory=EnvironmentChoice)
+    """Its environment's egress and bounds (the job's ``--environments native``)."""
 
     @property
     def changes_scope(self) -> bool:

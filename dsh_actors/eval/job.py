@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
@@ -48,11 +49,12 @@ from ..render import render_card
 from ..policies import deadline_policy
 from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
+from ..runtime.envhost import AgentEnvironments
 from ..runtime.local import ensure_ray
 from ..tools import reference_tools
 from ..tools.workspace import node_folder
 from .atomic import replace_file, sync_folder
-from .episode_run import DEFAULT_SYSTEM, JobFiles, ToolFailedError, coded_failures, pack_folder
+from .episode_run import DEFAULT_SYSTEM, KEEP_WORKSPACES, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes
 from .heap import collector_paused, long_lived
 from .plugins import PluginError, load_tools
@@ -81,7 +83,13 @@ class _Job:
 
     def __init__(self, *, tools: Sequence[Any], workspace: str | Path | None, reference: bool,
                  approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None,
-                 name: str | None = None, tool_timeout_s: float = 600.0) -> None:
+                 name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
+                 keep_workspaces: str = "failed") -> None:
+        if environments not in ("native", "host"):
+            raise ValueError(f'environments is "native" (each episode in its own) or "host" (no walls); '
+                             f"got {environments!r}")
+        if keep_workspaces not in KEEP_WORKSPACES:
+            raise ValueError(f"keep_workspaces is one of {', '.join(KEEP_WORKSPACES)}; got {keep_workspaces!r}")
         if not tool_timeout_s > 0:
             raise ValueError(f"the tool timeout must be a positive number of seconds; got {tool_timeout_s!r}")
         self.tool_timeout_s = tool_timeout_s
@@ -94,12 +102,18 @@ class _Job:
         self.tag = uuid.uuid4().hex[:8]
         self.name = name or f"eval-{self.tag}"
         root = out if out is not None and shared_out else Path(scratch or tempfile.gettempdir()) / "dsh-actors-jobs" / self.tag
-        self.files = JobFiles(str(root.resolve()), shared_out, pack_folder(template))
+        hidden = (str(out),) if out is not None else ()
+        self.files = JobFiles(str(root.resolve()), shared_out, pack_folder(template), environments=environments,
+                              keep=keep_workspaces, hidden=hidden)
         self.approvals = approvals
         self.out = out
-        found: list[Any] = list(reference_tools(self.files.workspaces)) if reference else []
+        # The reference tools act in each episode's environment (or, chosen, on the host);
+        # a plugin gets the same: its agent's workspace (at) and environment (place).
+        places: Any = (AgentEnvironments(self.files.workspaces, sessions=self.name) if environments == "native"
+                       else self.files.workspaces)
+        found: list[Any] = list(reference_tools(places)) if reference else []
         for item in tools:
-            found += load_tools(item, self.files.workspaces) if isinstance(item, str) else [item]
+            found += load_tools(item, places) if isinstance(item, str) else [item]
         self.definitions = [snapshot_definition(d) for d in found]
 
     @property
@@ -117,8 +131,9 @@ class _Job:
         logs = self.out / "logs" if self.out is not None and not self.files.shared else None
         try:
             # The template is sent once; runners on this node write their logs straight into --out.
-            self.files = JobFiles(self.files.root, self.files.shared, ray.put(self.files.template),
-                                  node_folder() if logs is not None else None, str(logs) if logs is not None else None)
+            self.files = dataclasses.replace(
+                self.files, template=ray.put(self.files.template), home_node=node_folder() if logs is not None else None,
+                home_logs=str(logs) if logs is not None else None)
             modes = sorted({w.episode.mode for w in works})
             made = await _all_settled(*(asyncio.to_thread(
                 ToolRegistry.connect, f"{self.name}-{mode}", mode=mode, scope_hosting="shared",
@@ -208,7 +223,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        shared_out: bool = False, scratch: str | Path | None = None,
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
-                       name: str | None = None, tool_timeout_s: float = 600.0) -> AsyncGenerator[EpisodeReport, None]:
+                       name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
+                       keep_workspaces: str = "failed") -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -225,9 +241,13 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     temporary folder). ``name`` names the job's registries (``<name>-<mode>``: the
     registry an approval answer names) and runners; default ``eval-<random>``.
     ``tool_timeout_s``: every tool call's deadline (an episode's ``limits.tool_timeout_s``
-    or a tool's own ``timeout_ms`` wins): past it the call ends ``TOOL_TIMEOUT``. Raises
-    ``ValueError`` before anything runs when an episode is invalid or has a task and no
-    model."""
+    or a tool's own ``timeout_ms`` wins): past it the call ends ``TOOL_TIMEOUT``.
+    ``environments``: ``native`` (each episode's tools run in an isolated environment of its
+    own on its runner's node; a node that cannot make one fails its episodes
+    ``ENV_UNAVAILABLE``) or ``host`` (on the host, in the workspace: no walls — only for
+    commands you trust). ``keep_workspaces``: whose workspaces stay on their node once
+    their episode ends (``never``, ``failed``, ``all``). Raises ``ValueError`` before
+    anything runs when an episode is invalid or has a task and no model."""
     items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
     for attribute in ("id", "agent_id"):  # each names an episode's files, scope and log
         names = [getattr(e, attribute) for e in items]
@@ -240,7 +260,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     if folder is not None:
         (folder / "logs").mkdir(parents=True, exist_ok=True)
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals,
-               out=folder, shared_out=shared_out, scratch=scratch, name=name, tool_timeout_s=tool_timeout_s)
+               out=folder, shared_out=shared_out, scratch=scratch, name=name, tool_timeout_s=tool_timeout_s,
+               environments=environments, keep_workspaces=keep_workspaces)
     unknown = {e.id: e.unknown_tools(job.tool_names) for e in items}
     if any(unknown.values()):
         raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"
@@ -291,7 +312,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                    workspace: str | Path | None = None, reference_tools: bool = True,
                    model: ModelConfig | None = None, approvals: str = "never",
                    runners_per_node: int | None = None, shared_out: bool = False,
-                   runner_options: dict[str, Any] | None = None, tool_timeout_s: float = 600.0) -> dict[str, Any]:
+                   runner_options: dict[str, Any] | None = None, tool_timeout_s: float = 600.0,
+                   environments: str = "native", keep_workspaces: str = "failed") -> dict[str, Any]:
     """Run the episodes in ``paths`` (:func:`run_episodes` does, ``concurrency`` at once);
     write logs, reports and summaries under ``out_dir``; return the summary. ``out_dir``
     must be new or empty unless ``resume`` (keep the finished episodes of the run there,
@@ -304,7 +326,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     episodes, invalid = load_episodes(paths)
     out = Path(out_dir).resolve()
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals, out=out,
-               shared_out=shared_out, scratch=None, tool_timeout_s=tool_timeout_s)
+               shared_out=shared_out, scratch=None, tool_timeout_s=tool_timeout_s, environments=environments,
+               keep_workspaces=keep_workspaces)
     configs = _refuse_up_front(episodes, invalid, job.tool_names, model)
     for error in invalid:
         if progress is not None:

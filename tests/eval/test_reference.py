@@ -35,7 +35,7 @@ def test_every_field_of_every_episode_model_is_in_the_reference():
                 for candidate in (inner, *getattr(inner, "__args__", ())):
                     if isinstance(candidate, type) and issubclass(candidate, pydantic.BaseModel):
                         stack.append(candidate)
-    assert len(seen) == 8  # Episode, Scope, Guard, Shadow, Turn, Call, ModelChoice, Limits
+    assert len(seen) == 9  # Episode, Scope, Guard, Shadow, Turn, Call, ModelChoice, Limits, EnvironmentChoice
 
 
 @pytest.mark.timeout(T)

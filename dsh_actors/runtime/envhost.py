@@ -1,0 +1,237 @@
+"""Episode environments on Ray: one host per node starts and ends them; any process there uses them.
+
+Each node has one environment host (:class:`EnvHostService`, a detached actor named
+``dsh-envs:<node>``): it holds the node's environment backend (its warm, pre-isolated
+parent) and every environment started on the node. An episode runner asks it to start its
+episode's environment (:func:`start_environment`) and to end it; the calls of the episode,
+on whichever executor of the node runs them, find it by the agent's session id
+(:class:`AgentEnvironments`, the resolver the reference tools are built with) and talk to
+it directly — a command costs no hop through the host.
+
+An environment ends with its episode, and also when whoever started it is gone: the host
+checks every few seconds that each environment's starter (a runner) still runs, and ends
+those of dead ones — a runner killed mid-episode, a killed driver's runners — so nothing of
+theirs is left on the node. Starting an environment under an id that is in use (an episode
+run again) ends the old one first: a rerun never shares its workspace with its dead attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from typing import Any, Callable
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..envs.contract import EnvironmentGoneError, EnvironmentStartError, EnvSpec, Environment
+from ..tools.workspace import AgentWorkspaces, Workspace
+from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
+from .requester import CHECK_S, requester, still_there
+from .revive import live_actor_async
+from .routes import this_node
+from .wire import DEFAULT_NAMESPACE, agent_session
+
+__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "env_id_of", "end_environment",
+           "start_environment"]
+
+log = logging.getLogger("dsh_actors.runtime")
+
+ENV_HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
+                                    "lifetime": "detached", "max_concurrency": 10_000}
+"""Detached (it serves every job on its node, whoever made it first), restarted by Ray (its
+environments die with it: their calls then fail ``ENV_GONE``), no request retried."""
+
+
+def env_id_of(session_id: str) -> str:
+    """An environment's id on its node from its agent's session id: readable, a safe file
+    name, and unique (two session ids never share one)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", session_id)[:48]
+    return f"{readable}-{hashlib.sha256(session_id.encode()).hexdigest()[:12]}"
+
+
+def host_name(node: str) -> str:
+    return f"dsh-envs:{node}"
+
+
+def _backend_folder(node: str | None) -> str:
+    return os.path.join(tempfile.gettempdir(), "dsh-envs", (node or "local")[:16])
+
+
+def _make_backend(folder: str) -> Any:
+    from ..envs.native import NativeBackend
+
+    return NativeBackend(folder)
+
+
+class EnvHostService:
+    """The environments of one node (see the module docs)."""
+
+    def __init__(self, make_backend: Callable[[str], Any] = _make_backend) -> None:
+        self._folder = _backend_folder(this_node())
+        self._make_backend = make_backend
+        self._backend: Any = None
+        self._envs: dict[str, tuple[Environment, tuple[Any, str] | None, str]] = {}  # id -> (env, starter, workspace)
+        self._starting: dict[str, asyncio.Lock] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def _backend_here(self) -> Any:
+        if self._backend is None:
+            self._backend = self._make_backend(self._folder)  # its warm parent starts on first use
+        return self._backend
+
+    async def start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None) -> Any:
+        """Start environment ``env_id`` (one in use under that id is ended first); its
+        address, for :func:`connect`. ``starter`` names the process whose environment it
+        is: it ends when that process is gone."""
+        lock = self._starting.setdefault(env_id, asyncio.Lock())
+        async with lock:
+            await self.end(env_id)
+            env = await self._backend_here().start(env_id, spec)
+            self._envs[env_id] = (env, starter, spec.workspace)
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep())
+        return env.address  # type: ignore[attr-defined]
+
+    def address(self, env_id: str) -> tuple[Any, str] | None:
+        """Environment ``env_id``'s address (for :func:`connect`) and workspace, or ``None``."""
+        held = self._envs.get(env_id)
+        return None if held is None else (held[0].address, held[2])  # type: ignore[attr-defined]
+
+    async def end(self, env_id: str) -> bool:
+        """End environment ``env_id`` (whether one was running)."""
+        held = self._envs.pop(env_id, None)
+        if held is None:
+            return False
+        try:
+            await held[0].end()
+        except Exception as exc:  # noqa: BLE001 - it is gone either way; say why it did not end cleanly
+            log.warning("environment %s did not end cleanly: %s", env_id, exc)
+        return True
+
+    def running(self) -> list[str]:
+        return sorted(self._envs)
+
+    async def _sweep(self) -> None:
+        """While environments run: end those whose starters died."""
+        while self._envs:
+            await asyncio.sleep(CHECK_S)
+            starters: dict[tuple[str, str], Any] = {}
+            for _, starter, _ in self._envs.values():
+                if starter is not None:
+                    starters[(starter[0]._actor_id.hex(), starter[1])] = starter[0]
+            gone = {key for key, handle in starters.items() if not await still_there(handle, key[1])}
+            for env_id, (_, starter, _) in list(self._envs.items()):
+                if starter is not None and (starter[0]._actor_id.hex(), starter[1]) in gone:
+                    log.info("environment %s: its starter is gone; ended", env_id)
+                    await self.end(env_id)
+
+    def ping(self) -> str:
+        return "pong"
+
+
+EnvHost = ray.remote(EnvHostService)
+"""The environment host actor (options: :data:`ENV_HOST_OPTIONS`)."""
+
+
+_HOSTS: dict[tuple[str, str], Any] = {}
+
+
+async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
+    """This process's handle on ``node``'s environment host, made (or found) on first use."""
+    handle = _HOSTS.get((namespace, node))
+    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
+        handle, _ = await live_actor_async(
+            lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=host_name(node), namespace=namespace,  # type: ignore[attr-defined]
+                                    get_if_exists=True,
+                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
+            lambda h: h.ping.remote(), what=f"the environment host of node {node[:12]}", unavailable=RayRuntimeError)
+        _HOSTS[(namespace, node)] = handle
+    return handle
+
+
+async def start_environment(session_id: str, spec: EnvSpec) -> str:
+    """Start the environment of the agent whose session id is ``session_id``, on this
+    process's node, owned by this process (it ends when this process is gone); its id."""
+    node = this_node()
+    if node is None:
+        raise EnvironmentStartError("an episode environment is started on a Ray node; this process is not on one")
+    env_id = env_id_of(session_id)
+    try:
+        await (await _host(node)).start.remote(env_id, spec, requester())
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
+        raise (cause or EnvironmentStartError(f"environment {env_id} could not start: {exc}")) from None
+    except ACTOR_GONE as exc:
+        raise EnvironmentStartError(f"the environment host of this node died while starting {env_id}: {exc}") from None
+    return env_id
+
+
+async def end_environment(session_id: str) -> None:
+    """End the environment of ``session_id`` on this process's node (none is fine)."""
+    node = this_node()
+    if node is not None:
+        try:
+            await (await _host(node)).end.remote(env_id_of(session_id))
+        except ACTOR_GONE:
+            pass  # the host died: its environments with it
+
+
+class AgentEnvironments:
+    """What a job's tools are built with: a call's *place* (:meth:`place`) is its agent's
+    environment on the node where the call runs — the reference tools act there — and,
+    for a plugin tool that works on the host's side, :meth:`at` is its agent's workspace
+    (the same folder, at the same path, as the environment's). ``sessions``: the
+    registry's, as agents' session ids are made. Picklable; each process keeps one client
+    per environment, asking the node's host only when it has none (or it went stale)."""
+
+    def __init__(self, workspaces: AgentWorkspaces, sessions: str | None = None,
+                 namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.workspaces, self.sessions, self.namespace = workspaces, sessions, namespace
+        self._clients: dict[str, tuple[Any, Environment, str]] = {}  # env id -> (address, client, workspace)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AgentEnvironments, (self.workspaces, self.sessions, self.namespace))
+
+    def at(self, ctx: Any) -> Workspace:
+        """The call's agent's workspace on the host (a plugin tool's files, as before)."""
+        return self.workspaces.at(ctx)
+
+    @property
+    def label(self) -> str:
+        return self.workspaces.label
+
+    async def environment(self, ctx: Any, stale: Any = None) -> tuple[Environment, str]:
+        """The call's environment and its workspace's path (asked of the node's host the
+        first time, and again when the client held for it (``stale``) found it gone)."""
+        agent = getattr(ctx, "agent", None)
+        if not isinstance(agent, str) or not agent:
+            raise EnvironmentGoneError("a call with no agent has no environment; call as an agent")
+        env_id = env_id_of(agent_session(self.sessions, agent))
+        held = self._clients.get(env_id)
+        if held is not None and held[1] is not stale:
+            return held[1], held[2]
+        node = this_node()
+        found = None if node is None else await (await _host(node, self.namespace)).address.remote(env_id)
+        if found is None:
+            self._clients.pop(env_id, None)
+            raise EnvironmentGoneError(f"agent {agent!r} has no environment on this node (its episode ended, or "
+                                       "its environment was never started here)")
+        address, workspace = found
+        if held is None or held[0] != address:
+            from ..envs.native import connect
+
+            held = self._clients[env_id] = (address, connect(address), workspace)
+        elif stale is not None:
+            raise EnvironmentGoneError(f"agent {agent!r}'s environment is gone")
+        return held[1], held[2]
+
+    async def place(self, ctx: Any) -> Any:
+        from ..tools.places import EnvPlace
+
+        env, workspace = await self.environment(ctx)
+        return EnvPlace(env, workspace)
