@@ -45,6 +45,7 @@ from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
 from .episode_run import JobFiles, run_episode, started_report, unpack_folder
 from .episodes import Episode
+from .scratch import claim, reap, tidy
 
 __all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
 
@@ -112,7 +113,11 @@ class EpisodeRunnerCore(FlushesSpans):
                 data = self._files.template
                 if isinstance(data, ray.ObjectRef):
                     data = await data
-                into = Path(self._files.root) / "templates" / node_folder() / uuid.uuid4().hex[:8]
+                root = Path(self._files.root)
+                into = root / "templates" / node_folder() / uuid.uuid4().hex[:8]
+                if not self._files.shared:  # this node's job folder is ours; a killed job's is reaped
+                    await asyncio.to_thread(claim, root, _this_job())
+                    await asyncio.to_thread(reap, root.parent, root, _alive_jobs)
                 await asyncio.to_thread(unpack_folder, data, into)
                 return into
             self._unpacking = asyncio.ensure_future(unpack())
@@ -162,8 +167,29 @@ class EpisodeRunnerCore(FlushesSpans):
         outbox.put_nowait({"report": report.to_json(), "log": log})
 
     async def close(self) -> None:
+        """The job is over: its model clients closed, and what it left on this node removed
+        but the workspaces it keeps (:func:`~.scratch.tidy`)."""
         for chat in self._models.values():
             await chat.close()
+        if not self._files.shared:
+            await asyncio.to_thread(tidy, Path(self._files.root), node_folder(), self._ship_logs)
+
+
+def _this_job() -> str:
+    """This job, as a node's job folder names its owner: the Ray session and the job's id
+    (ids start again at 1 in every new cluster)."""
+    session = ray._private.worker._global_node.session_name
+    return f"{session}/{ray.get_runtime_context().get_job_id()}"
+
+
+def _alive_jobs(owners: Iterable[str]) -> set[str]:
+    """Which of these owners (:func:`_this_job`) are jobs still running in this cluster (a
+    GCS read); one of another cluster (or Ray session) is not."""
+    from ray._private import state
+
+    session = ray._private.worker._global_node.session_name
+    running = {f"{session}/{job['JobID']}" for job in state.jobs() if not job.get("IsDead")}
+    return set(owners) & running
 
 
 EpisodeRunner = ray.remote(EpisodeRunnerCore)

@@ -50,3 +50,4 @@ def test_hostile_lines_are_each_one_bad_line_and_the_good_ones_still_load(tmp_pa
         (7, "policies")]
     assert "nested too deeply" in errors[1].message and "4300 digits" in errors[2].message
     assert "unknown policies ['nope']" in errors[5].message
+
