@@ -2,8 +2,10 @@
 
 ``name`` is a list (or tuple) of tool definitions — dicts, :class:`ToolDefinition`, or
 ``@tool`` functions — or a function returning one. A function taking one parameter gets
-the job's :class:`~dsh_actors.tools.AgentWorkspaces`, so its tools can work in each
-agent's own workspace (``workspaces.at(ctx)``). A runnable example is
+the job's places: each agent's environment (:class:`~dsh_actors.runtime.AgentEnvironments`;
+``place_of(places).place(ctx)`` reads, writes and runs commands inside it, ``places.at(ctx)``
+is the agent's workspace on the host), or under ``--environments host`` each agent's own
+workspace (:class:`~dsh_actors.tools.AgentWorkspaces`). A runnable example is
 :mod:`dsh_actors.examples.tools_plugin` (``--tools dsh_actors.examples.tools_plugin:tools``).
 
 A module that is not an installed package (a file next to the episodes, a folder of the
@@ -24,7 +26,6 @@ from typing import Any
 from ray import cloudpickle
 
 from ..core.errors import HarnessError
-from ..tools import AgentWorkspaces
 
 __all__ = ["PluginError", "load_tools"]
 
@@ -45,8 +46,8 @@ def _installed(module: Any) -> bool:
     return any(Path(root).resolve() in path.parents for root in roots)
 
 
-def load_tools(spec: str, workspaces: AgentWorkspaces) -> list[Any]:
-    """The definitions ``spec`` (``module:name``) names, for ``workspaces``."""
+def load_tools(spec: str, workspaces: Any) -> list[Any]:
+    """The definitions ``spec`` (``module:name``) names, for the job's places (``workspaces``)."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise PluginError(f"tool plugin {spec!r} is not module:name (e.g. mytools:tools)")

@@ -5,6 +5,7 @@ translates Ray's failures into results with stable codes at one boundary.
 """
 
 from .client import AgentScope, Disposer, Plugin, ToolRegistry
+from .envhost import AgentEnvironments, end_environment, start_environment
 from .errors import (
     ExecutionCancelledError,
     ObjectLostError,
@@ -24,6 +25,7 @@ from .step import agent_step
 __all__ = [
     "CONTINUE",
     "ActorListener",
+    "AgentEnvironments",
     "AgentScope",
     "Continue",
     "Disposer",
@@ -40,6 +42,8 @@ __all__ = [
     "WorkerCrashedError",
     "actor_listener",
     "agent_step",
+    "end_environment",
     "ensure_ray",
     "fleet_limit",
+    "start_environment",
 ]

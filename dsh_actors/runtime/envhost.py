@@ -230,6 +230,12 @@ class AgentEnvironments:
             raise EnvironmentGoneError(f"agent {agent!r}'s environment is gone")
         return held[1], held[2]
 
+    async def run(self, ctx: Any, command: str, *, timeout_s: float = 60.0, max_output: int = 65536) -> Any:
+        """Run ``command`` in the call's agent's environment (what a plugin tool does to act
+        there): its :class:`~dsh_actors.envs.CommandResult`."""
+        env, _ = await self.environment(ctx)
+        return await env.run(command, timeout_s=timeout_s, max_output=max_output)
+
     async def place(self, ctx: Any) -> Any:
         from ..tools.places import EnvPlace
 
