@@ -361,6 +361,42 @@ def test_the_cli_runs_your_own_tools_by_import_path_in_your_own_workspace(cluste
     assert bad.returncode == 2 and "cannot import 'nosuch'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_driver_killed_mid_job_then_resumed_leaves_every_episode_ok_with_its_whole_log(cluster_env, tmp_path):
+    """SIGKILL of the driver while episodes run, then --resume: the resumed episodes open
+    the same session ids over the same log paths, which the node's writer still held for
+    the dead attempt (it wrote into the unlinked file: 6 of 12 logs were missing beside
+    ok reports). Every report ok, every log there with all of its last attempt."""
+    calls = 3
+    episodes = _write(tmp_path / "slow.jsonl", [
+        {"id": f"kill-{i:02d}", "turns": [{"calls": [{"name": "bash", "arguments": {"command": "sleep 0.7; echo done"}}]}
+                                          for _ in range(calls)]} for i in range(12)])
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "dsh_actors", "eval", str(episodes), "--out", str(out), "--quiet",
+               "--concurrency", "6", "--environments", "host"]
+    driver = subprocess.Popen(command, cwd=tmp_path, env=cluster_env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    def finished():
+        return len(list((out / "reports").glob("*.json"))) if (out / "reports").is_dir() else 0
+
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and finished() < 3:
+            time.sleep(0.1)
+        assert 3 <= finished() < 12  # some finished, some in flight
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(60)
+    resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, env=cluster_env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted((e["id"], e["status"]) for e in summary["per_episode"]) == [(f"kill-{i:02d}", "ok") for i in range(12)]
+    for i in range(12):
+        events = [e["type"] for e in read_records(out / "logs" / f"kill-{i:02d}.log")]
+        assert events[0] == "turn/start" and events[-1] == "turn/end" and events.count("tool/result") == calls, \
+            (i, events)
+
+
 def test_the_readmes_python_driver_example_runs_as_written(ray_cluster):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     code = re.search(r"\*\*From Python\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
