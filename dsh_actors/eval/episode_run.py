@@ -41,6 +41,7 @@ from ..tools.workspace import node_folder
 from .episodes import Episode
 from .policies import policy_listeners
 from .reports import EpisodeReport, classify
+from .termination import is_infra_code, termination
 
 __all__ = ["DEFAULT_SYSTEM", "JobFiles", "ToolFailedError", "coded_failures", "pack_folder", "run_episode"]
 
@@ -266,6 +267,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
     log_path: Path | None = None
     tools: dict[str, Any] = {}
     environment: str | None = None
+    failure: str | None = None  # the code of what failed the episode outside its calls
     try:  # everything, the log and the workspace included: one failing episode never stops the others
         if attempt > 1:
             await scope.close()
@@ -301,7 +303,7 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
                 await _scripted(episode, scope, session, seen)
         await session.append({"type": "turn/end"})
     except Exception as exc:
-        report.status, report.message = "failed", error_message(exc)
+        report.status, report.message, failure = "failed", error_message(exc), getattr(exc, "code", None)
     finally:
         await scope.close()
         if environment is not None:  # every process it holds ends with the episode
@@ -314,7 +316,19 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
             _count_logged(report, summary)
             if report.status == "ok" and summary is not None and not await asyncio.to_thread(_on_disk, log_path, summary):
                 report.status, report.message = "failed", f"its log {log_path} does not hold what its writer took"
+        conclude(report, failure)
     return report, log_path
+
+
+def conclude(report: EpisodeReport, failure: str | None = None) -> None:
+    """Say how the episode ended (:func:`~.termination.termination`); one whose call was
+    lost to infrastructure did not end ``ok``: its later turns stood on a result the model
+    did not earn."""
+    report.termination = termination(stop=report.stop, errors=report.errors, failure_code=failure,
+                                      failed=report.status != "ok")
+    if report.termination["reason"] == "tool_lost" and report.status == "ok":
+        lost = sorted(code for code in report.errors if is_infra_code(code))
+        report.status, report.message = "failed", f"a tool call was lost to infrastructure ({', '.join(lost)})"
 
 
 KEEP_WORKSPACES = ("never", "failed", "all")

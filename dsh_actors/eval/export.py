@@ -28,6 +28,7 @@ from ..core.errors import HarnessError, outcome_of
 from ..core.jsonvalue import thaw
 from ..log import derive_messages, scan_log
 from .reports import EpisodeReport
+from .termination import is_infra_code
 
 __all__ = ["ExportError", "ROW_FIELDS", "SCHEMA", "SHAPES", "episode_rows", "export_run", "stitch_turns",
            "to_messages_rows", "to_rl_rows"]
@@ -41,6 +42,10 @@ ROW_FIELDS: dict[str, str] = {
     "status": "`ok` or `failed`",
     "message": "why it failed (empty when it did not)",
     "stop": "how the model's run ended (the report's `stop`); `null` for a scripted episode",
+    "termination": "how the episode ended and whose doing it was: `{reason, infra}` (the reasons are listed "
+                   "under Terminations); `infra` is true exactly when the end says nothing about the model",
+    "weight": "1.0, or 0.0 when the episode ended on infrastructure (`termination.infra`): what a trainer "
+              "multiplies the episode's reward or loss by, so a lost runner is never the model's zero",
     "success": "the scorer's verdict; `null` when unscored",
     "final": "the model's last answer",
     "messages": "the conversation in OpenAI Chat Completions format, as the model saw it (its system prompt, "
@@ -48,7 +53,8 @@ ROW_FIELDS: dict[str, str] = {
     "tools": "the tools offered to the model (Chat Completions function schemas); `null` for a scripted episode",
     "tool_events": "each call in log order: `name`, `call_id`, `arguments`, `result` (its text), `is_error`, "
                    "`error_code`, `decision` (`ok`; `denied` for a policy's denial or block; `error` for a "
-                   "failure with a code) and `duration_ms`",
+                   "failure with a code), `infra` (its failure was the infrastructure's: its code is one of "
+                   "dsh_actors.eval.termination.INFRA_CODES) and `duration_ms`",
     "usage": "`prompt_tokens` and `completion_tokens`, as the endpoint counted them",
     "model_s": "seconds spent waiting for the model",
     "tool_s": "seconds spent in tool steps",
@@ -81,7 +87,8 @@ def _tool_events(events: list[dict[str, Any]], report: EpisodeReport) -> list[di
         decision, code = outcome_of(event)
         rows.append({"name": event["name"], "call_id": event["call_id"], "arguments": thaw(event.get("arguments")),
                      "result": content_text(thaw(event["content"])), "is_error": event["is_error"],
-                     "error_code": code or None, "decision": decision, "duration_ms": duration})
+                     "error_code": code or None, "decision": decision, "infra": is_infra_code(code),
+                     "duration_ms": duration})
     return rows
 
 
@@ -146,7 +153,8 @@ def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
         given = next((e for e in events if e.get("type") == "system/prompt"), {})  # a model's run: its prompt
         yield {
             "schema": SCHEMA, "id": report.id, "agent": report.agent, "status": report.status,
-            "message": report.message, "stop": report.stop, "success": report.success, "final": report.final,
+            "message": report.message, "stop": report.stop, "termination": report.termination,
+            "weight": _weight(report), "success": report.success, "final": report.final,
             "messages": to_chat_messages(str(given.get("content") or ""), derive_messages(events)),
             "tools": given.get("tools"),
             "tool_events": _tool_events(events, report),
@@ -157,21 +165,28 @@ def episode_rows(run_dir: str | Path) -> Iterator[dict[str, Any]]:
         }
 
 
+def _weight(report: EpisodeReport) -> float:
+    """0.0 for an episode the infrastructure ended (mask it), else 1.0."""
+    return 0.0 if report.termination is not None and report.termination.get("infra") else 1.0
+
+
 def to_rl_rows(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Rows as RL trainers read them: ``prompt`` (the messages before the first model turn:
-    the system prompt and the task), ``messages`` (the whole conversation) and ``reward``
-    (1.0 for a success, 0.0 otherwise, ``None`` when unscored)."""
+    the system prompt and the task), ``messages`` (the whole conversation), ``reward`` (1.0
+    for a success, 0.0 otherwise, ``None`` when unscored) and ``weight`` (0.0 when the
+    infrastructure ended the episode: its reward says nothing about the model)."""
     for row in rows:
         first = next((i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"), len(row["messages"]))
         yield {"id": row["id"], "prompt": row["messages"][:first], "messages": row["messages"],
-               "reward": None if row["success"] is None else float(bool(row["success"]))}
+               "reward": None if row["success"] is None else float(bool(row["success"])), "weight": row["weight"]}
 
 
 def to_messages_rows(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """One conversation per row as chat fine-tuning reads it: ``messages`` and, for a model
-    episode, the ``tools`` it was offered."""
+    """One conversation per row as chat fine-tuning reads it: ``messages``, for a model
+    episode the ``tools`` it was offered, and ``weight`` (0.0 when the infrastructure ended it)."""
     for row in rows:
-        yield {"messages": row["messages"], **({"tools": row["tools"]} if row["tools"] else {})}
+        yield {"messages": row["messages"], **({"tools": row["tools"]} if row["tools"] else {}),
+               "weight": row["weight"]}
 
 
 SHAPES = {"episodes": lambda rows: rows, "rl": to_rl_rows, "messages": to_messages_rows}
@@ -201,8 +216,10 @@ def _schema(shape: str) -> Any:
                           ("loss_mask", pa.list_(pa.int8()))])
         whole = pa.struct([("prompt_ids", ids), ("response_ids", ids), ("loss_mask", pa.list_(pa.int8())),
                            ("logprobs", floats)])
+        termination = pa.struct([("reason", pa.string()), ("infra", pa.bool_())])
         return pa.schema([("schema", pa.string()), ("id", pa.string()), ("agent", pa.string()),
                           ("status", pa.string()), ("message", pa.string()), ("stop", pa.string()),
+                          ("termination", termination), ("weight", pa.float64()),
                           ("success", pa.bool_()), ("final", pa.string()), ("model_s", pa.float64()),
                           ("tool_s", pa.float64()), ("turns", pa.int64()), ("token_turns", pa.list_(turn)),
                           ("episode_tokens", whole), ("episode_tokens_missing", pa.string()),
@@ -212,8 +229,8 @@ def _schema(shape: str) -> Any:
     if shape == "rl":  # the prompt as a list of {role, content}: what RL trainers' datasets read
         prompt = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
         return pa.schema([("id", pa.string()), ("prompt", prompt), ("messages_json", pa.string()),
-                          ("reward", pa.float64())])
-    return pa.schema([("messages_json", pa.string()), ("tools_json", pa.string())])
+                          ("reward", pa.float64()), ("weight", pa.float64())])
+    return pa.schema([("messages_json", pa.string()), ("tools_json", pa.string()), ("weight", pa.float64())])
 
 
 def _write_parquet(rows: Iterator[dict[str, Any]], shape: str, out: Path) -> int:
@@ -261,7 +278,3 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str = "jsonl", shape: 
     finally:
         partial.unlink(missing_ok=True)
     return count
-    with open(out, "w", encoding="utf-8") as sink:
-        for row in rows:
-            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(rows)

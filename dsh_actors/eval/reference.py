@@ -139,6 +139,7 @@ def render_episode_reference() -> str:
     from .export import ROW_FIELDS, SCHEMA
     from .policies import POLICY_HELP
     from .reports import EpisodeReport
+    from .termination import INFRA_CODES, REASONS
 
     models: list[type[pydantic.BaseModel]] = []
     _nested(Episode, models)
@@ -159,6 +160,12 @@ def render_episode_reference() -> str:
         if item.name not in report_docs:
             raise ValueError(f"EpisodeReport.{item.name} has no docstring: document it where it is declared")
         out.append(f"| `{item.name}` | {_cell(report_docs[item.name])} |")
+    out += ["", "## Terminations", "", "A report's (and an export row's) `termination` is `{reason, infra}`, "
+            "`reason` one of these; `infra` is true exactly for the infrastructure's ends, which say nothing "
+            "about the model (an export row's `weight` is then 0.0). A call whose error code is one of "
+            + ", ".join(f"`{code}`" for code in sorted(INFRA_CODES)) + " was lost to infrastructure: its "
+            "episode ends `tool_lost`.", "", "| reason | infrastructure | what ended the episode |", "|---|---|---|",
+            *[f"| `{r.name}` | {'yes' if r.infra else 'no'} | {_cell(r.what)} |" for r in REASONS.values()]]
     out += ["", "## The session log (`logs/<id>.log`)", "", "Length- and CRC-framed msgpack events (`dsh-actors "
             "show` renders them). Each event is an object with a `type`:", "",
             "| type | required fields | what it records |", "|---|---|---|"]
@@ -171,8 +178,8 @@ def render_episode_reference() -> str:
             "per finished episode. In Parquet, `messages`, `tools` and `tool_events` are JSON text columns "
             "(`messages_json`, `tools_json`, `tool_events_json`) and `usage` is two columns (`prompt_tokens`, "
             "`completion_tokens`). `--rl` writes `id`, `prompt` (the messages before the first model turn; in "
-            "Parquet a list of `{role, content}`), `messages` and `reward` (1.0, 0.0, or `null` when unscored) "
-            "instead; `--messages` writes `messages` and `tools` (chat fine-tuning's rows).", "",
+            "Parquet a list of `{role, content}`), `messages`, `reward` (1.0, 0.0, or `null` when unscored) and "
+            "`weight` instead; `--messages` writes `messages`, `tools` and `weight` (chat fine-tuning's rows).", "",
             *_pairs(ROW_FIELDS, "field", "what it holds")]
     return "\n".join(out).rstrip() + "\n"
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core.errors import outcome_of
 from .episodes import EpisodeError
+from .termination import REASONS
 
 __all__ = ["EpisodeReport", "classify", "markdown_of", "percentile", "summary_of"]
 
@@ -75,6 +76,9 @@ class EpisodeReport:
     """Its workspace's path on that node."""
     runner: str | None = None
     """The runner actor that ran it (``dsh-runner:<job>:<id>``, as ``ray list actors`` shows)."""
+    termination: dict[str, Any] | None = None
+    """How it ended and whose doing that was: ``{reason, infra}`` (``dsh_actors.eval.termination``);
+    ``infra`` is true exactly when the end says nothing about the model."""
     attempts: int = 1
     """1, or 2 when its first runner died and it ran again."""
     reran: str | None = None
@@ -137,6 +141,8 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
         "episodes": len(reports) + len(invalid),
         "episodes_ok": sum(r.status == "ok" for r in reports),
         "episodes_failed": sum(r.status != "ok" for r in reports) + len(invalid),
+        "episodes_infra": sum(bool(r.termination and r.termination["infra"]) for r in reports),
+        "terminations": dict(sorted(Counter(r.termination["reason"] for r in reports if r.termination).items())),
         "invalid": [str(e) for e in invalid],
         "calls": sum(r.calls for r in reports),
         "ok": sum(r.ok for r in reports),
@@ -154,7 +160,8 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
                          "sub_calls": r.sub_calls, "sub_call_errors": r.sub_call_errors,
-                         "node": r.node, "workspace": r.workspace, "attempts": r.attempts, **({"reran": r.reran} if r.reran else {}),
+                         "node": r.node, "workspace": r.workspace, "attempts": r.attempts,
+                         "termination": r.termination, **({"reran": r.reran} if r.reran else {}),
                          **({"stop": r.stop, "turns": r.turns, "tokens": r.prompt_tokens + r.completion_tokens,
                              "model_s": r.model_s, "tool_s": r.tool_s, "model_turn_ms": r.model_turn_ms,
                              "tool_step_ms": r.tool_step_ms, "success": r.success, "final": r.final}
@@ -195,6 +202,8 @@ def markdown_of(summary: dict[str, Any]) -> str:
         "# Evaluation summary", "",
         f"{summary['episodes']} episodes ({summary['episodes_ok']} ok, {summary['episodes_failed']} failed), "
         f"{summary['calls']} calls in {summary['wall_s']} s.", "",
+        "Endings: " + (", ".join(f"{reason} {count}{' (infrastructure)' if REASONS[reason].infra else ''}"
+                                  for reason, count in summary.get("terminations", {}).items()) or "none") + ".", "",
         "| calls | ok | policy denials | tool errors | asks | run_code sub-calls (errors) | p50 ms | p90 ms | p99 ms |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| {summary['calls']} | {summary['ok']} | {summary['denials']} | {summary['tool_errors']} | "

@@ -43,7 +43,7 @@ from ..runtime.errors import ACTOR_GONE, RAY_ERROR
 from ..runtime.traces import FlushesSpans, flush_actors
 from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
-from .episode_run import JobFiles, run_episode, started_report, unpack_folder
+from .episode_run import JobFiles, conclude, run_episode, started_report, unpack_folder
 from .episodes import Episode
 from .scratch import claim, reap, tidy
 
@@ -62,6 +62,9 @@ RUNNER_PREFIX = "dsh-runner:"
 
 CHUNK = 64
 """Episodes sent to a runner in one streaming call, at most."""
+
+RUNNER_LOST = "RUNNER_LOST"
+"""What an episode failed by when no runner could finish it (termination ``runner_lost``)."""
 
 GATHER_S = 0.02
 """How long a runner lets reports and cards gather before it sends them back together (the
@@ -155,6 +158,7 @@ class EpisodeRunnerCore(FlushesSpans):
             report, log_path = started_report(episode, node_folder(), work.attempt,
                                               work.model.model if work.model else None), None
             report.status, report.message = "failed", error_message(exc)
+            conclude(report, getattr(exc, "code", None))
         report.attempts, report.reran = work.attempt, work.reran
         report.runner = ray.get_runtime_context().get_actor_name()
         metrics.count("dsh_episodes", report.status, report.stop or "")
@@ -388,13 +392,13 @@ class RunnerFleet:
         except RAY_ERROR as exc:
             if await self._answers(runner):  # the runner's own code failed the call: its episodes fail, coded
                 self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
-                           f"its runner failed: {error_message(exc)}")
+                           f"its runner failed: {error_message(exc)}", code=None)
             else:  # e.g. a report lost with its node's object store: the runner went with it
                 await self._lost(runner, exc)
         finally:
             if runner.alive and any(w.episode.id in runner.held for w in batch):
                 self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
-                           "its runner ended the call without reporting it")
+                           "its runner ended the call without reporting it", code=None)
             async with self._changed:
                 self._changed.notify_all()
 
@@ -475,10 +479,13 @@ class RunnerFleet:
             async with self._changed:
                 self._changed.notify_all()
 
-    def _fail(self, works: list[Work], message: str) -> None:
+    def _fail(self, works: list[Work], message: str, code: str | None = RUNNER_LOST) -> None:
+        """Report ``works`` failed with ``message``: by default their runners are lost
+        (infrastructure); ``code=None`` for a failure of the harness's own."""
         for work in works:
             report = started_report(work.episode, None, work.attempt, work.model.model if work.model else None)
             report.status, report.message, report.reran = "failed", message, work.reran
+            conclude(report, code)
             self._out.put_nowait({"report": report.to_json(), "log": None})
 
     async def close(self) -> None:

@@ -104,17 +104,26 @@ def test_rl_and_conversation_shapes_carry_the_system_prompt_and_tools_the_model_
                     {"role": "assistant", "content": "42"}]
     assert export_run(tmp_path, tmp_path / "rl.jsonl", "jsonl", "rl") == 1
     assert json.loads((tmp_path / "rl.jsonl").read_text()) == {
-        "id": "q", "prompt": conversation[:2], "messages": conversation, "reward": 1.0}
+        "id": "q", "prompt": conversation[:2], "messages": conversation, "reward": 1.0, "weight": 1.0}
     assert export_run(tmp_path, tmp_path / "rl.parquet", "parquet", "rl") == 1
     (rl,) = pq.read_table(tmp_path / "rl.parquet").to_pylist()
     assert rl["prompt"] == conversation[:2] and rl["reward"] == 1.0 and json.loads(rl["messages_json"]) == conversation
     assert export_run(tmp_path, tmp_path / "m.jsonl", "jsonl", "messages") == 1
-    assert json.loads((tmp_path / "m.jsonl").read_text()) == {"messages": conversation, "tools": tools}
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {"messages": conversation, "tools": tools, "weight": 1.0}
     assert export_run(tmp_path, tmp_path / "m.parquet", "parquet", "messages") == 1
     (m,) = pq.read_table(tmp_path / "m.parquet").to_pylist()
     assert json.loads(m["tools_json"]) == tools
     with pytest.raises(Exception, match="export shape must be one of episodes, rl, messages"):
         export_run(tmp_path, tmp_path / "x.jsonl", "jsonl", "sft")
+    # An episode the infrastructure ended is masked: weight 0.0 in every shape, whatever its reward.
+    lost = EpisodeReport(id="q", agent="a", model="m", stop="model_error", status="failed", success=False,
+                         termination={"reason": "endpoint_unavailable", "infra": True})
+    (tmp_path / "reports" / "q.json").write_text(json.dumps(lost.to_json()))
+    export_run(tmp_path, tmp_path / "rl.parquet", "parquet", "rl")
+    assert pq.read_table(tmp_path / "rl.parquet").to_pylist()[0]["weight"] == 0.0
+    export_run(tmp_path, tmp_path / "e.jsonl", "jsonl", "episodes")
+    row = json.loads((tmp_path / "e.jsonl").read_text())
+    assert row["weight"] == 0.0 and row["termination"] == {"reason": "endpoint_unavailable", "infra": True}
 
 
 @pytest.mark.timeout(T)
