@@ -150,17 +150,20 @@ class _Job:
                                             *(self._set_up(registry, works) for registry in made)))
             async with contextlib.aclosing(fleet.stream(works)) as stream:
                 async for items in stream:
-                    reports = []
+                    reports, superseded = [], []
                     for item in items:
                         if "card" in item:
                             if on_card is not None:
                                 on_card(item["card"])
+                        elif "superseded" in item:  # an attempt the infrastructure ended: it runs again
+                            superseded.append((EpisodeReport.from_json(item["superseded"]), item["log"],
+                                               item.get("log_name")))
                         else:
-                            reports.append((EpisodeReport.from_json(item["report"]), item["log"]))
+                            reports.append((EpisodeReport.from_json(item["report"]), item["log"], item.get("log_name")))
                     if logs is not None:  # what came together is written together, off the event loop
-                        await asyncio.to_thread(_keep_logs, logs, reports)
+                        await asyncio.to_thread(_keep_logs, logs, [*superseded, *reports])
                     if reports:
-                        yield [report for report, _ in reports]
+                        yield [report for report, _, _ in reports]
         finally:
             try:
                 if fleet is not None:
@@ -199,20 +202,21 @@ def _raise_first(outcomes: list[Any]) -> None:
             raise outcome
 
 
-def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None]]) -> None:
-    """Write the logs runners sent back, synced before their reports are written (a report
-    a resumed run keeps has its log); a log that cannot be kept fails its episode."""
-    for report, data in reports:
+def _keep_logs(folder: Path, reports: list[tuple[EpisodeReport, bytes | None, str | None]]) -> None:
+    """Write the logs runners sent back (each under the name its runner gave it: an attempt
+    run again is ``<id>.attempt-<n>.log``), synced before their reports are written (a
+    report a resumed run keeps has its log); a log that cannot be kept fails its episode."""
+    for report, data, name in reports:
         if data is None:
             continue
-        path = folder / f"{report.id}.log"
+        path = folder / (name or f"{report.id}.log")
         try:
             replace_file(path, data, sync=True)
         except (IsADirectoryError, NotADirectoryError):
             report.status, report.message = "failed", f"{path} is in the way of the episode's log (not a regular file)"
         except OSError as exc:
             report.status, report.message = "failed", f"its log could not be written to {path}: {exc.strerror or exc}"
-    if any(data is not None for _, data in reports):
+    if any(data is not None for _, data, _ in reports):
         sync_folder(folder)
 
 
@@ -224,7 +228,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
                        name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
-                       keep_workspaces: str = "failed") -> AsyncGenerator[EpisodeReport, None]:
+                       keep_workspaces: str = "failed", retry_infra: int = 0) -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -246,8 +250,13 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     own on its runner's node; a node that cannot make one fails its episodes
     ``ENV_UNAVAILABLE``) or ``host`` (on the host, in the workspace: no walls — only for
     commands you trust). ``keep_workspaces``: whose workspaces stay on their node once
-    their episode ends (``never``, ``failed``, ``all``). Raises ``ValueError`` before
+    their episode ends (``never``, ``failed``, ``all``). ``retry_infra``: how many more
+    times an episode the infrastructure ended runs again, from scratch, under the same id
+    (each earlier attempt's log kept as ``<id>.attempt-<n>.log``); never one the model
+    ended. Raises ``ValueError`` before
     anything runs when an episode is invalid or has a task and no model."""
+    if isinstance(retry_infra, bool) or not isinstance(retry_infra, int) or retry_infra < 0:
+        raise ValueError(f"retry_infra is a whole number of attempts, 0 or more; got {retry_infra!r}")
     items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
     for attribute in ("id", "agent_id"):  # each names an episode's files, scope and log
         names = [getattr(e, attribute) for e in items]
@@ -255,7 +264,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
         if twice:
             raise ValueError(f"episodes must differ in {attribute.replace('_id', '')}: {twice} used twice")
     check_fleet_caps([(e.id, list(e.policies)) for e in items])
-    works = [Work(e, _model_config(e, model) if e.task is not None else None) for e in items]
+    works = [Work(e, _model_config(e, model) if e.task is not None else None, retries_left=retry_infra)
+             for e in items]
     folder = Path(out).resolve() if out is not None else None
     if folder is not None:
         (folder / "logs").mkdir(parents=True, exist_ok=True)
@@ -313,7 +323,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                    model: ModelConfig | None = None, approvals: str = "never",
                    runners_per_node: int | None = None, shared_out: bool = False,
                    runner_options: dict[str, Any] | None = None, tool_timeout_s: float = 600.0,
-                   environments: str = "native", keep_workspaces: str = "failed") -> dict[str, Any]:
+                   environments: str = "native", keep_workspaces: str = "failed", retry_infra: int = 0) -> dict[str, Any]:
     """Run the episodes in ``paths`` (:func:`run_episodes` does, ``concurrency`` at once);
     write logs, reports and summaries under ``out_dir``; return the summary. ``out_dir``
     must be new or empty unless ``resume`` (keep the finished episodes of the run there,
@@ -344,7 +354,7 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                mininterval=0.5, dynamic_ncols=True)
     on_card = (lambda card: print(card, file=live, flush=True)) if live is not None else None
     with collector_paused():  # kept for the whole job, like the episodes
-        works = [Work(e, configs.get(e.id)) for e in episodes if e.id not in kept]
+        works = [Work(e, configs.get(e.id), retries_left=retry_infra) for e in episodes if e.id not in kept]
     try:
         if works:
             with long_lived():  # the episodes and the setup live as long as the loop

@@ -80,7 +80,11 @@ class EpisodeReport:
     """How it ended and whose doing that was: ``{reason, infra}`` (``dsh_actors.eval.termination``);
     ``infra`` is true exactly when the end says nothing about the model."""
     attempts: int = 1
-    """1, or 2 when its first runner died and it ran again."""
+    """How many times it ran: 1, more when its runner died or (``--retry-infra``) the
+    infrastructure ended an attempt."""
+    retried: list[dict[str, Any]] = field(default_factory=list)
+    """The earlier attempts, each ``{attempt, termination | runner_lost, message, log}``
+    (``log``: its own log, ``<id>.attempt-<n>.log``, when kept)."""
     reran: str | None = None
     """Why it ran a second time (its first runner died), when it did."""
 

@@ -45,6 +45,7 @@ from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
 from .episode_run import JobFiles, conclude, run_episode, started_report, unpack_folder
 from .episodes import Episode
+from .reports import EpisodeReport
 from .scratch import claim, reap, tidy
 
 __all__ = ["EpisodeRunner", "RUNNER_OPTIONS", "RUNNER_PREFIX", "RunnerFleet", "Work", "default_runners_per_node"]
@@ -73,12 +74,21 @@ driver pays per message, not per episode; an episode lasts far longer)."""
 
 @dataclass(frozen=True)
 class Work:
-    """One episode to run: the episode, its model (``None`` when scripted), its attempt."""
+    """One episode to run: the episode, its model (``None`` when scripted), its attempt,
+    how many more attempts an end on infrastructure may still get, and the earlier
+    attempts the infrastructure ended."""
 
     episode: Episode
     model: ModelConfig | None = None
     attempt: int = 1
     reran: str | None = None
+    retries_left: int = 0
+    earlier: tuple[dict[str, Any], ...] = ()
+
+    def retried_after(self, report: EpisodeReport) -> bool:
+        """Whether this attempt, ending as ``report`` says, runs again: only an end on
+        infrastructure, only while retries are left."""
+        return bool(self.retries_left > 0 and report.termination and report.termination["infra"])
 
 
 def default_runners_per_node(cpus: float) -> int:
@@ -159,16 +169,19 @@ class EpisodeRunnerCore(FlushesSpans):
                                               work.model.model if work.model else None), None
             report.status, report.message = "failed", error_message(exc)
             conclude(report, getattr(exc, "code", None))
-        report.attempts, report.reran = work.attempt, work.reran
+        report.attempts, report.reran, report.retried = work.attempt, work.reran, list(work.earlier)
         report.runner = ray.get_runtime_context().get_actor_name()
         metrics.count("dsh_episodes", report.status, report.stop or "")
+        if log_path is not None and work.retried_after(report):  # kept beside the next attempt's, numbered
+            log_path = await asyncio.to_thread(_set_aside, log_path, work.attempt)
         log = None
         if self._ship_logs and log_path is not None and not self._files.kept_in_place(log_path):
             try:
                 log = await asyncio.to_thread(log_path.read_bytes)
             except OSError as exc:
                 report.status, report.message = "failed", f"its log could not be read back: {exc}"
-        outbox.put_nowait({"report": report.to_json(), "log": log})
+        outbox.put_nowait({"report": report.to_json(), "log": log,
+                           **({"log_name": log_path.name} if log_path is not None else {})})
 
     async def close(self) -> None:
         """The job is over: its model clients closed, and what it left on this node removed
@@ -177,6 +190,22 @@ class EpisodeRunnerCore(FlushesSpans):
             await chat.close()
         if not self._files.shared:
             await asyncio.to_thread(tidy, Path(self._files.root), node_folder(), self._ship_logs)
+
+
+def _unreported(runner: _Runner, batch: list[Work]) -> list[Work]:
+    """The works of ``batch`` ``runner`` still holds (not a later attempt of one of them,
+    handed to it since under the same id), taken from it."""
+    return [runner.held.pop(w.episode.id) for w in batch if runner.held.get(w.episode.id) is w]
+
+
+def _set_aside(log: Path, attempt: int) -> Path:
+    """An attempt's log renamed ``<id>.attempt-<n>.log`` (the next attempt's is ``<id>.log``)."""
+    kept = log.with_name(f"{log.stem}.attempt-{attempt}{log.suffix}")
+    try:
+        os.replace(log, kept)
+    except OSError:
+        return log
+    return kept
 
 
 def _this_job() -> str:
@@ -380,9 +409,11 @@ class RunnerFleet:
                 freed = False
                 for item in await ref:
                     if "report" in item:
-                        if runner.held.pop(item["report"]["id"], None) is None:
+                        work = runner.held.pop(item["report"]["id"], None)
+                        if work is None:
                             continue  # not ours any more (never happens: one report per work)
                         freed = True
+                        item = self._retried(work, item)
                     self._out.put_nowait(item)
                 if freed:  # its slots are free: the runner's feeder sends more
                     async with self._changed:
@@ -391,14 +422,12 @@ class RunnerFleet:
             await self._lost(runner, exc)
         except RAY_ERROR as exc:
             if await self._answers(runner):  # the runner's own code failed the call: its episodes fail, coded
-                self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
-                           f"its runner failed: {error_message(exc)}", code=None)
+                self._fail(_unreported(runner, batch), f"its runner failed: {error_message(exc)}", code=None)
             else:  # e.g. a report lost with its node's object store: the runner went with it
                 await self._lost(runner, exc)
         finally:
-            if runner.alive and any(w.episode.id in runner.held for w in batch):
-                self._fail([runner.held.pop(w.episode.id) for w in batch if w.episode.id in runner.held],
-                           "its runner ended the call without reporting it", code=None)
+            if runner.alive and any(runner.held.get(w.episode.id) is w for w in batch):
+                self._fail(_unreported(runner, batch), "its runner ended the call without reporting it", code=None)
             async with self._changed:
                 self._changed.notify_all()
 
@@ -426,12 +455,13 @@ class RunnerFleet:
         # Its episodes' calls, runs and asks still going on the executors stop before any of
         # them runs again: a rerun never shares its workspace with its dead attempt's work.
         await self._abort([w.episode.agent_id for w in works], why)
-        again = [w for w in works if w.attempt == 1]
-        self._fail([w for w in works if w.attempt > 1], f"{why}, and had died once already")
+        again = [w for w in works if not any(e.get("runner_lost") for e in w.earlier)]
+        self._fail([w for w in works if w not in again], f"{why}, and had died once already")
         # At the front, in their order: what was started first runs first.
         for work in reversed(again):
-            self._queues[self._home_of(work.episode.agent_id)].appendleft(
-                dataclasses.replace(work, attempt=2, reran=why))
+            self._queues[self._home_of(work.episode.agent_id)].appendleft(dataclasses.replace(
+                work, attempt=work.attempt + 1, reran=why,
+                earlier=(*work.earlier, {"attempt": work.attempt, "runner_lost": True, "message": why})))
         self._if_none_left()
 
     async def _abort(self, agents: list[str], why: str) -> None:
@@ -442,6 +472,23 @@ class RunnerFleet:
         failed = [a for a in aborted if isinstance(a, BaseException)]
         if failed:  # the registry is gone: so are its executors, and the calls with them
             log.warning("could not abort the calls of %s: %s", agents, error_message(failed[0]))
+
+    def _retried(self, work: Work, item: dict[str, Any]) -> dict[str, Any]:
+        """``item`` as the job hears it: the report of an attempt the infrastructure ended,
+        with retries left, is superseded (its log kept numbered) and the episode runs again
+        from scratch — a fresh workspace and environment, the same id."""
+        report = EpisodeReport.from_json(item["report"])
+        if not work.retried_after(report):
+            return item
+        earlier = {"attempt": work.attempt, "termination": report.termination, "message": report.message,
+                   **({"log": item["log_name"]} if "log_name" in item else {})}
+        again = dataclasses.replace(work, attempt=work.attempt + 1, retries_left=work.retries_left - 1,
+                                    reran=f"its attempt {work.attempt} ended on infrastructure "
+                                          f"({report.termination['reason'] if report.termination else '?'})",
+                                    earlier=(*work.earlier, earlier))
+        self._queues[self._home_of(work.episode.agent_id)].append(again)
+        return {"superseded": item["report"], "log": item["log"], **({"log_name": item["log_name"]}
+                                                                         if "log_name" in item else {})}
 
     def _if_none_left(self) -> None:
         """No runner alive and none coming: what is still queued can never run; fail it

@@ -23,9 +23,9 @@ def without_a_cluster(setattr: Callable[[Any, str, Any], None]) -> list[str]:
         ran.extend(w.episode.id for w in works)
         # Each log differs from any earlier one of its episode: a file replaced is told from one kept.
         finished = [(EpisodeReport(id=w.episode.id, agent=w.episode.agent_id),
-                     f"the log of {w.episode.id}, {uuid.uuid4().hex}\n".encode()) for w in works]
+                     f"the log of {w.episode.id}, {uuid.uuid4().hex}\n".encode(), None) for w in works]
         job._keep_logs(self.out / "logs", finished)
-        yield [report for report, _ in finished]
+        yield [report for report, _, _ in finished]
 
     setattr(job, "ensure_ray", lambda: None)
     setattr(job._Job, "run", run)

@@ -232,6 +232,44 @@ def test_two_jobs_with_the_same_episode_ids_run_side_by_side_on_one_cluster(ray_
             assert events.count("tool/result") == 2, (name, report.id, events)
 
 
+def test_only_episodes_the_infrastructure_ended_run_again_and_each_attempts_log_is_kept(ray_cluster, tmp_path):
+    """A tool whose server is lost on an episode's first attempt (a WORKER_CRASHED of its
+    own) ends that episode on infrastructure: with --retry-infra it runs again from
+    scratch and ends ok, the lost attempt's log kept numbered; an episode the model ended
+    (a bad argument) is never run again."""
+    from dsh_actors import HarnessError
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    folder = str(marks)
+
+    def flaky(args, ctx):
+        attempt = len([p for p in os.listdir(folder) if p.startswith(ctx.agent + ".")]) + 1
+        Path(folder, f"{ctx.agent}.{attempt}").touch()
+        if args["lost"] and attempt == 1:
+            raise HarnessError("the tool's server went away", "WORKER_CRASHED")
+        return [text_block(f"attempt {attempt}")]
+
+    tool = define_tool(name="flaky", description="a tool whose server may be lost",
+                       parameters={"lost": {"type": "boolean", "required": True}}, execute=flaky)
+    episodes = [{"id": "lost", "turns": [{"calls": [{"name": "flaky", "arguments": {"lost": True}}]}]},
+                {"id": "clean", "turns": [{"calls": [{"name": "flaky", "arguments": {"lost": False}}]}]},
+                {"id": "mistake", "turns": [{"calls": [{"name": "flaky", "arguments": {"lost": "yes"}}]}]}]
+    out = tmp_path / "out"
+    reports = {r.id: r for r in collect(run_episodes(episodes, name="retries", tools=[tool], reference_tools=False,
+                                                     environments="host", retry_infra=2, out=out))}
+    lost, clean, mistake = reports["lost"], reports["clean"], reports["mistake"]
+    assert (lost.status, lost.attempts, lost.termination) == ("ok", 2, {"reason": "scripted", "infra": False})
+    assert [e["termination"]["reason"] for e in lost.retried] == ["tool_lost"]
+    assert lost.retried[0]["log"] == "lost.attempt-1.log"
+    first = [e for e in read_records(out / "logs" / "lost.attempt-1.log") if e["type"] == "tool/result"]
+    last = [e for e in read_records(out / "logs" / "lost.log") if e["type"] == "tool/result"]
+    assert first[0]["error"]["code"] == "WORKER_CRASHED" and last[0]["content"][0]["text"] == "attempt 2"
+    assert (clean.status, clean.attempts) == ("ok", 1)
+    assert (mistake.status, mistake.attempts, dict(mistake.errors)) == ("ok", 1, {"INVALID_ARGS": 1})
+    assert sorted(os.listdir(folder)) == ["clean.1", "lost.1", "lost.2"]  # the model's mistake never ran again
+
+
 def test_a_node_removed_mid_run_costs_no_episode(ray_cluster, tmp_path):
     cluster = ray_cluster["cluster"]
     extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
