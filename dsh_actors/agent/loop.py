@@ -28,7 +28,10 @@ from ..core.within import within
 from ..log import derive_messages
 from .model import ChatModel, ModelError, to_chat_tools
 
-__all__ = ["AgentOutcome", "Budgets", "run_agent"]
+__all__ = ["AgentOutcome", "Budgets", "INVALID_CALL_CODES", "run_agent"]
+
+INVALID_CALL_CODES = frozenset({"UNKNOWN_TOOL", "INVALID_ARGS"})
+"""A call's codes that say the model called what is not there, or wrongly."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class Budgets:
     max_turns: int = 20
     max_tokens: int | None = None
     max_wall_s: float | None = None
+    max_invalid_calls: int | None = 8
+    """Invalid calls in a row (an unknown tool, arguments that do not fit) before the run
+    stops ``invalid_calls``: a model that keeps calling what is not there is not working
+    the task, and spends the fleet's turns."""
 
 
 @dataclass
@@ -50,7 +57,8 @@ class AgentOutcome:
     endpoint), neither of them scored as a success; ``max_turns``, ``max_tokens``,
     ``max_wall`` (enforced while a reply is pending: the request is cancelled); ``aborted``;
     ``model_error`` (the endpoint failed after its retries) or ``malformed_reply`` (it
-    answered something that is not a Chat Completions reply)."""
+    answered something that is not a Chat Completions reply); ``invalid_calls`` (too many
+    invalid calls in a row)."""
     final: str | None = None
     message: str = ""
     turns: int = 0
@@ -105,6 +113,7 @@ async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, syst
                signal: AbortSignal | None,
                on_result: Callable[[Mapping[str, Any], Any, float], None] | None) -> AgentOutcome:
     outcome = AgentOutcome()
+    invalid_in_a_row = 0
     started = time.monotonic()
     events: list[Any] = []  # the session log as read so far (only new events are fetched each turn)
     # What the model is given is logged once, before the task: trainers read the run from the log.
@@ -162,9 +171,12 @@ async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, syst
             return outcome
 
         def seen(call: Mapping[str, Any], result: Any, seconds: float) -> None:
+            nonlocal invalid_in_a_row
             outcome.tool_calls += 1
-            if result.is_error and result.error is not None:
-                outcome.tool_errors[result.error["code"]] += 1
+            code = result.error["code"] if result.is_error and result.error is not None else None
+            if code is not None:
+                outcome.tool_errors[code] += 1
+            invalid_in_a_row = invalid_in_a_row + 1 if code in INVALID_CALL_CODES else 0
             if on_result is not None:
                 on_result(call, result, seconds)
 
@@ -173,3 +185,8 @@ async def _run(agent_step: Any, scope: Any, session: Any, model: ChatModel, syst
         step_s = time.perf_counter() - step_started
         outcome.tool_s += step_s
         outcome.tool_steps_s.append(step_s)
+        if budgets.max_invalid_calls is not None and invalid_in_a_row >= budgets.max_invalid_calls:
+            outcome.stop = "invalid_calls"
+            outcome.message = (f"{invalid_in_a_row} invalid calls in a row (unknown tools, arguments that do not "
+                               "fit): the run was stopped")
+            return outcome

@@ -390,7 +390,8 @@ async def _with_model(episode: Episode, registry: ToolRegistry, scope: Any, sess
         report.success = False
     outcome = await run_agent(scope, session, model, system=assembly.text(), tools=assembly.tools,
                               task=episode.task or "", on_result=seen,
-                              budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s))
+                              budgets=Budgets(limits.max_turns, limits.max_tokens, limits.max_wall_s,
+                                              limits.max_invalid_calls))
     report.stop, report.turns = outcome.stop, outcome.turns
     report.prompt_tokens, report.completion_tokens = outcome.prompt_tokens, outcome.completion_tokens
     report.model_s, report.tool_s = round(outcome.model_s, 4), round(outcome.tool_s, 4)

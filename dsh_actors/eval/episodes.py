@@ -136,6 +136,9 @@ class Limits(_Model):
     """Prompt plus completion tokens before the run stops (``max_tokens``)."""
     max_wall_s: float | None = pydantic.Field(default=None, gt=0)
     """Seconds before the run stops (``max_wall``), enforced while a reply is pending."""
+    max_invalid_calls: int = pydantic.Field(default=8, ge=1)
+    """Invalid calls in a row (unknown tools, bad arguments) before the run stops
+    (``invalid_calls``: the model's failure)."""
     tool_timeout_s: float | None = pydantic.Field(default=None, gt=0)
     """Each tool call's deadline in this episode (a tool's own ``timeout_ms`` wins);
     default: the job's ``--tool-timeout``."""

@@ -116,6 +116,8 @@ STOPS = {
     "Torn.": [reply(raw='{"id": "x", "choices": [{"message": ')],
     "Slow.": [reply("late", delay_s=SLOW_S)],
     "Fine.": [reply("4")],
+    "Unavailable.": [reply(status=503)],
+    "Flail.": [reply("", ("teleport", {}), ("read_file", {"nope": 1}))],
 }
 
 
@@ -131,12 +133,14 @@ def test_every_way_a_turn_ends_has_its_stop_and_only_a_final_answer_is_scored(ra
     expected = {"kind": "regex", "pattern": "4"}
     episodes = tmp_path / "stops.jsonl"
     episodes.write_text("\n".join(json.dumps({"id": task.rstrip(".").lower().replace(" ", "-"), "task": task,
-                                              "scorer": expected, "limits": {"max_wall_s": 2}})
+                                              "scorer": expected,
+                                              "limits": {"max_wall_s": 2, "max_invalid_calls": 4}})
                                   for task in STOPS))
     with ScriptedServer(respond_stop) as server:
         config = ModelConfig(model="scripted-7b", base_url=server.base_url, max_retries=0)
         started = time.monotonic()
-        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config))
+        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config,
+                                       environments="host"))
         took = time.monotonic() - started
     per = {e["id"]: e for e in summary["per_episode"]}
     assert per["cut-off"]["stop"] == "length" and per["cut-off"]["success"] is False  # "4" is there, not scored
@@ -149,9 +153,19 @@ def test_every_way_a_turn_ends_has_its_stop_and_only_a_final_answer_is_scored(ra
     assert per["slow"]["stop"] == "max_wall" and "wall budget (2 s)" in per["slow"]["message"]
     assert took < SLOW_S  # the slow reply was cancelled at the 2 s budget, not waited for
     assert per["fine"]["stop"] == "final" and per["fine"]["success"] is True
+    assert per["flail"]["stop"] == "invalid_calls" and per["flail"]["turns"] == 2  # 2 bad calls a turn, 4 in a row
+    # Whose end it was: only the endpoint's failure after its retries is the infrastructure's.
+    assert {e: per[e]["termination"] for e in per} == {
+        "cut-off": {"reason": "length", "infra": False}, "filtered": {"reason": "content_filter", "infra": False},
+        "html": {"reason": "malformed_reply", "infra": False}, "torn": {"reason": "malformed_reply", "infra": False},
+        "slow": {"reason": "max_wall", "infra": False}, "fine": {"reason": "final", "infra": False},
+        "unavailable": {"reason": "endpoint_unavailable", "infra": True},
+        "flail": {"reason": "invalid_calls", "infra": False}}
+    assert summary["episodes_infra"] == 1 and summary["terminations"]["malformed_reply"] == 2
     model = summary["model"]
-    assert model["episodes"] == 6 and model["scored"] == 6 and model["success_rate"] == round(1 / 6, 4)
-    assert model["stops"] == {"length": 1, "content_filter": 1, "malformed_reply": 2, "max_wall": 1, "final": 1}
+    assert model["episodes"] == 8 and model["scored"] == 8 and model["success_rate"] == round(1 / 8, 4)
+    assert model["stops"] == {"length": 1, "content_filter": 1, "malformed_reply": 2, "max_wall": 1, "final": 1,
+                              "model_error": 1, "invalid_calls": 1}
     shown, _ = show_log(tmp_path / "out" / "logs" / "cut-off.log")
     assert "« assistant: The answer is 4" in shown  # show renders the model's turns
 
