@@ -165,7 +165,7 @@ def _eval(args: argparse.Namespace) -> int:
                                        approvals=args.approvals, runners_per_node=args.runners_per_node,
                                        shared_out=args.shared_out, tool_timeout_s=args.tool_timeout,
                                        environments=args.environments, keep_workspaces=args.keep_workspaces,
-                                       retry_infra=args.retry_infra))
+                                       retry_infra=args.retry_infra, repeat=args.repeat))
     except (RunFolderError, PluginError, ValueError) as exc:
         print(f"dsh-actors eval: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -200,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "host: on the host in its workspace, with no walls (only for commands you trust)")
     evaluate.add_argument("--keep-workspaces", choices=["never", "failed", "all"], default="failed",
                           help="whose workspaces stay on their node once their episode ends (default: failed)")
+    evaluate.add_argument("--repeat", type=int, default=1, metavar="K",
+                          help="run each episode K times (each run an episode <id>.r<k>; an episode's own repeat "
+                               "wins): the summary gives pass@k and pass^k per task")
     evaluate.add_argument("--retry-infra", type=int, default=0, metavar="N",
                           help="run an episode the infrastructure ended (a lost runner, environment, tool server or "
                                "endpoint) up to N more times, from scratch; never one the model ended")

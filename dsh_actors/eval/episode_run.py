@@ -156,7 +156,7 @@ def started_report(episode: Episode, node: str | None, attempt: int, model: str 
     """An episode's report before anything ran: one with a task counts as a model episode
     (unscored: a failure until its scorer says otherwise) whatever happens next."""
     report = EpisodeReport(episode.id, episode.agent_id, node=node, attempts=attempt,
-                           model=model or ("(none)" if episode.task is not None else None))
+                           model=model or ("(none)" if episode.task is not None else None), task=episode.task_id)
     if episode.task is not None and episode.scorer is not None:
         report.success = False
     return report

@@ -36,7 +36,7 @@ import pydantic
 
 from .heap import collector_paused
 
-__all__ = ["Episode", "EpisodeError", "load_episodes"]
+__all__ = ["Episode", "EpisodeError", "load_episodes", "repeated"]
 
 
 class _Model(pydantic.BaseModel):
@@ -196,6 +196,10 @@ class Episode(_Model):
     """The run's budgets and its tool calls' deadline."""
     environment: EnvironmentChoice = pydantic.Field(default_factory=EnvironmentChoice)
     """Its environment's egress and bounds (the job's ``--environments native``)."""
+    repeat: int | None = pydantic.Field(default=None, ge=1, le=1000)
+    """How many times to run it (default: the job's ``--repeat``, else once); each run is an
+    episode of its own, ``<id>.r<k>`` as agent ``<agent>.r<k>``, and the summary gives pass@k
+    and pass^k of the task."""
 
     @property
     def changes_scope(self) -> bool:
@@ -234,6 +238,18 @@ class Episode(_Model):
 
     _source: tuple[str, int] | None = pydantic.PrivateAttr(default=None)
     _line: bytes | None = pydantic.PrivateAttr(default=None)  # the JSON text it was read from
+    _run: int | None = pydantic.PrivateAttr(default=None)  # which run of its task, when repeated
+
+    @property
+    def task_id(self) -> str | None:
+        """The id of the episode this is a run of (``None`` when it is not repeated)."""
+        return self.id.rsplit(".r", 1)[0] if self._run is not None else None
+
+    def run(self, k: int) -> "Episode":
+        """Its ``k``-th run, as an episode of its own (``<id>.r<k>``, agent ``<agent>.r<k>``)."""
+        copy = self.model_copy(update={"id": f"{self.id}.r{k}", "agent": f"{self.agent_id}.r{k}"})
+        copy._source, copy._line, copy._run = self._source, self._line, k
+        return copy
 
     @property
     def source(self) -> tuple[str, int]:
@@ -246,7 +262,7 @@ class Episode(_Model):
         # the one driver that feeds every runner.
         if self._line is None:
             return super().__reduce_ex__(protocol)
-        return _episode_from_line, (self._line, self._source)
+        return _episode_from_line, (self._line, self._source, self._run)
 
     @property
     def agent_id(self) -> str:
@@ -280,11 +296,24 @@ def _describe(error: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _episode_from_line(line: bytes, source: tuple[str, int] | None) -> Episode:
-    """An episode sent as the line it was read from (validated as :func:`load_episodes` did)."""
+def _episode_from_line(line: bytes, source: tuple[str, int] | None, run: int | None = None) -> Episode:
+    """An episode sent as the line it was read from (validated as :func:`load_episodes` did),
+    or its ``run``-th run."""
     episode = Episode.model_validate(json.loads(line))
     episode._source, episode._line = source, line
-    return episode
+    return episode.run(run) if run is not None else episode
+
+
+def repeated(episodes: list[Episode], repeat: int = 1) -> list[Episode]:
+    """``episodes`` with each one run as many times as it says (its ``repeat``, else
+    ``repeat``): one run stays as it is, more become episodes of their own, in order."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat is a whole number of runs, at least 1; got {repeat!r}")
+    out: list[Episode] = []
+    for episode in episodes:
+        times = episode.repeat or repeat
+        out += [episode] if times == 1 else [episode.run(k) for k in range(1, times + 1)]
+    return out
 
 
 def load_episodes(paths: list[str | Path]) -> tuple[list[Episode], list[EpisodeError]]:

@@ -24,6 +24,7 @@ or overwritten; one that holds anything else is never touched.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -55,7 +56,7 @@ from ..tools import reference_tools
 from ..tools.workspace import node_folder
 from .atomic import replace_file, sync_folder
 from .episode_run import DEFAULT_SYSTEM, KEEP_WORKSPACES, JobFiles, ToolFailedError, coded_failures, pack_folder
-from .episodes import Episode, EpisodeError, load_episodes
+from .episodes import Episode, EpisodeError, load_episodes, repeated
 from .heap import collector_paused, long_lived
 from .plugins import PluginError, load_tools
 from .policies import check_fleet_caps
@@ -228,7 +229,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
                        name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
-                       keep_workspaces: str = "failed", retry_infra: int = 0) -> AsyncGenerator[EpisodeReport, None]:
+                       keep_workspaces: str = "failed", retry_infra: int = 0,
+                       repeat: int = 1) -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -253,11 +255,12 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     their episode ends (``never``, ``failed``, ``all``). ``retry_infra``: how many more
     times an episode the infrastructure ended runs again, from scratch, under the same id
     (each earlier attempt's log kept as ``<id>.attempt-<n>.log``); never one the model
-    ended. Raises ``ValueError`` before
+    ended. ``repeat``: how many times each episode runs (its own ``repeat`` wins), each run
+    an episode ``<id>.r<k>``. Raises ``ValueError`` before
     anything runs when an episode is invalid or has a task and no model."""
     if isinstance(retry_infra, bool) or not isinstance(retry_infra, int) or retry_infra < 0:
         raise ValueError(f"retry_infra is a whole number of attempts, 0 or more; got {retry_infra!r}")
-    items = [e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes]
+    items = repeated([e if isinstance(e, Episode) else Episode.model_validate(e) for e in episodes], repeat)
     for attribute in ("id", "agent_id"):  # each names an episode's files, scope and log
         names = [getattr(e, attribute) for e in items]
         twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) < len(names) else []
@@ -323,7 +326,8 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
                    model: ModelConfig | None = None, approvals: str = "never",
                    runners_per_node: int | None = None, shared_out: bool = False,
                    runner_options: dict[str, Any] | None = None, tool_timeout_s: float = 600.0,
-                   environments: str = "native", keep_workspaces: str = "failed", retry_infra: int = 0) -> dict[str, Any]:
+                   environments: str = "native", keep_workspaces: str = "failed", retry_infra: int = 0,
+                   repeat: int = 1) -> dict[str, Any]:
     """Run the episodes in ``paths`` (:func:`run_episodes` does, ``concurrency`` at once);
     write logs, reports and summaries under ``out_dir``; return the summary. ``out_dir``
     must be new or empty unless ``resume`` (keep the finished episodes of the run there,
@@ -334,6 +338,10 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     model at all, or one whose scope names tools nobody has, is reported up front."""
     started = time.monotonic()
     episodes, invalid = load_episodes(paths)
+    episodes = repeated(episodes, repeat)
+    twice = sorted(i for i, n in collections.Counter(e.id for e in episodes).items() if n > 1)
+    if twice:
+        raise ValueError(f"a run of a repeated episode has the id of another episode: {twice}")
     out = Path(out_dir).resolve()
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals, out=out,
                shared_out=shared_out, scratch=None, tool_timeout_s=tool_timeout_s, environments=environments,

@@ -4,6 +4,7 @@ summary (``summary.json``'s fields and ``summary.md``'s tables) made from them."
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,8 @@ class EpisodeReport:
     """Its workspace's path on that node."""
     runner: str | None = None
     """The runner actor that ran it (``dsh-runner:<job>:<id>``, as ``ray list actors`` shows)."""
+    task: str | None = None
+    """The episode it is a run of, when its task runs more than once (``repeat``)."""
     termination: dict[str, Any] | None = None
     """How it ended and whose doing that was: ``{reason, infra}`` (``dsh_actors.eval.termination``);
     ``infra`` is true exactly when the end says nothing about the model."""
@@ -160,6 +163,7 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
         "latency_ms": {"p50": percentile(latencies, 50), "p90": percentile(latencies, 90),
                        "p99": percentile(latencies, 99)},
         "model": _model_summary([r for r in reports if r.model is not None or r.stop is not None]),
+        "repeats": _repeats([r for r in reports if r.task is not None]),
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
@@ -192,6 +196,47 @@ def _model_summary(reports: list[EpisodeReport]) -> dict[str, Any] | None:
         "model_share": round(model_s / (model_s + tool_s), 4) if model_s + tool_s else None,
         "model_turn_ms": _spread([ms for r in reports for ms in r.model_turn_ms]),
         "tool_step_ms": _spread([ms for r in reports for ms in r.tool_step_ms]),
+    }
+
+
+def passed(report: EpisodeReport) -> bool:
+    """Whether a run passed: its scorer's verdict, or (unscored) that it ended ``ok``."""
+    return bool(report.success) if report.success is not None else report.status == "ok"
+
+
+def pass_at(n: int, c: int, k: int) -> float:
+    """The chance that at least one of ``k`` runs drawn from ``n`` (``c`` passed) passes."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_all(n: int, c: int, k: int) -> float:
+    """pass^k: the chance that every one of ``k`` runs drawn from ``n`` (``c`` passed) passes."""
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def _repeats(runs: list[EpisodeReport]) -> dict[str, Any] | None:
+    """Tasks run more than once: per task and over all, pass@k and pass^k for each k up to
+    the runs a task has, from the runs the infrastructure did not end (those say nothing
+    about the model: they are left out, and counted apart by reason)."""
+    if not runs:
+        return None
+    by_task: dict[str, list[EpisodeReport]] = {}
+    for run in runs:
+        by_task.setdefault(str(run.task), []).append(run)
+    tasks: dict[str, Any] = {}
+    for task, reports in sorted(by_task.items()):
+        kept = [r for r in reports if not (r.termination and r.termination["infra"])]
+        n, c = len(kept), sum(passed(r) for r in kept)
+        tasks[task] = {"runs": len(reports), "counted": n, "passed": c,
+                       "pass@k": {k: round(pass_at(n, c, k), 4) for k in range(1, n + 1)},
+                       "pass^k": {k: round(pass_all(n, c, k), 4) for k in range(1, n + 1)}}
+    deepest = min(t["counted"] for t in tasks.values())
+    infra = Counter(r.termination["reason"] for r in runs if r.termination and r.termination["infra"])
+    return {
+        "tasks": tasks,
+        "pass@k": {k: round(sum(t["pass@k"][k] for t in tasks.values()) / len(tasks), 4) for k in range(1, deepest + 1)},
+        "pass^k": {k: round(sum(t["pass^k"][k] for t in tasks.values()) / len(tasks), 4) for k in range(1, deepest + 1)},
+        "infra_rate": {reason: round(count / len(runs), 4) for reason, count in sorted(infra.items())},
     }
 
 
@@ -231,6 +276,14 @@ def markdown_of(summary: dict[str, Any]) -> str:
                   "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
                   "| a model turn | " + " | ".join(_shown(turn[k]) for k in ("p50", "p90", "p99", "max")) + " |",
                   "| a step's tool calls | " + " | ".join(_shown(step[k]) for k in ("p50", "p90", "p99", "max")) + " |"]
+    repeats = summary.get("repeats")
+    if repeats:
+        lines += ["", "| tasks run more than once | " + " | ".join(f"k={k}" for k in repeats["pass@k"]) + " |",
+                  "|---|" + "---|" * len(repeats["pass@k"]),
+                  "| pass@k | " + " | ".join(str(v) for v in repeats["pass@k"].values()) + " |",
+                  "| pass^k | " + " | ".join(str(v) for v in repeats["pass^k"].values()) + " |",
+                  "", f"{len(repeats['tasks'])} tasks; runs the infrastructure ended are left out "
+                      f"({', '.join(f'{r} {v}' for r, v in repeats['infra_rate'].items()) or 'none'})."]
     if summary["invalid"]:
         lines += ["", "Invalid episodes:", *[f"- {line}" for line in summary["invalid"]]]
     return "\n".join(lines) + "\n"
