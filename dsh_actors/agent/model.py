@@ -65,6 +65,11 @@ class ModelConfig(pydantic.BaseModel):
     timeout_s: float = pydantic.Field(default=120.0, gt=0)
     concurrency: int = pydantic.Field(default=64, ge=1)
     """Requests in flight at once across everything that shares this client (one job)."""
+    breaker_threshold: int = pydantic.Field(default=5, ge=1)
+    """Requests in a row that fail after their retries before the endpoint's breaker opens
+    (every request then fails at once, ``model_error``, until a probe succeeds)."""
+    breaker_pause_s: float = pydantic.Field(default=30.0, gt=0)
+    """How long the breaker stays open before it lets one request through as a probe."""
     token_ids: bool = False
     """Ask for each turn's token ids and logprobs (vLLM's ``return_token_ids``, SGLang's
     ``return_token_ids`` / ``return_prompt_token_ids`` / ``return_meta_info``, and the
@@ -204,6 +209,9 @@ class ChatModel:
         self._completion = ChatCompletion
         self._errors = (openai.APIError,)
         self._gate: asyncio.Semaphore | None = None
+        from ..policies.breaker import Breaker
+
+        self.breaker = Breaker(f"endpoint {config.base_url}", config.breaker_threshold, config.breaker_pause_s)
 
     async def complete(self, system: str, messages: Sequence[Mapping[str, Any]],
                        tools: Sequence[Mapping[str, Any]]) -> ModelTurn:
@@ -213,17 +221,24 @@ class ChatModel:
 
         model = self.config.model
         started = time.perf_counter()
+        if not self.breaker.admit():
+            raise ModelError(f"the model endpoint {self.config.base_url} failed {self.breaker.failures} requests in a "
+                             "row after their retries: its breaker is open, and requests fail at once until a probe "
+                             f"after {self.config.breaker_pause_s:g} s succeeds")
         with telemetry.chat_span(model, self.config.base_url) as span:
             try:
                 turn = await self._complete(system, messages, tools)
             except ModelError as exc:
                 telemetry.record_chat(span, error=exc.stop)
                 metrics.count("dsh_model_requests", model, exc.stop)
+                self.breaker.failed() if exc.stop == "model_error" else self.breaker.succeeded()
                 raise
             except asyncio.CancelledError:
                 telemetry.record_chat(span, error="cancelled")
                 metrics.count("dsh_model_requests", model, "cancelled")
+                self.breaker.abandoned()
                 raise
+            self.breaker.succeeded()
             telemetry.record_chat(span, prompt_tokens=turn.prompt_tokens, completion_tokens=turn.completion_tokens,
                                   finish_reason=turn.finish_reason)
         metrics.count("dsh_model_requests", model, "ok")

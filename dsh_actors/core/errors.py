@@ -29,6 +29,7 @@ there is, with its code, and that each one pickles)::
     │   ├── ScopeUnavailableError       SCOPE_UNAVAILABLE
     │   ├── RegistryUnavailableError    REGISTRY_UNAVAILABLE
     │   ├── ApprovalTimeoutError        APPROVAL_TIMEOUT     runtime.approval: nobody answered an ask in time
+    │   ├── BreakerOpenError            BREAKER_OPEN         policies.breaker: its dependency keeps failing
     │   ├── FleetLimitConflictError     FLEET_LIMIT_CONFLICT runtime.limits: a group asked for with two caps
     │   ├── FleetLimitUnavailableError  FLEET_LIMIT_UNAVAILABLE runtime.limits: no limiter answers
     │   ├── PlacementError              PLACEMENT_FAILED     no node can run the body
@@ -103,6 +104,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnreachableVariantError",
+    "INFRA_CODES",
     "error_info",
     "error_message",
     "error_result",
@@ -111,6 +113,16 @@ __all__ = [
 ]
 
 UNPRINTABLE = "<unprintable thrown value>"
+
+INFRA_CODES = frozenset({
+    "WORKER_CRASHED", "OBJECT_LOST", "SCOPE_UNAVAILABLE", "REGISTRY_UNAVAILABLE", "POLICY_UNAVAILABLE",
+    "PLACEMENT_FAILED", "RAY_ERROR", "ENV_UNAVAILABLE", "ENV_START_FAILED", "ENV_GONE", "FLEET_LIMIT_UNAVAILABLE",
+    "LOG_WRITE_FAILED", "APPROVAL_TIMEOUT", "TOOL_TIMEOUT", "MCP_ERROR", "BREAKER_OPEN",
+})
+"""A call's error codes that say its infrastructure failed, not the model (an executor,
+scope, registry, environment, log or tool server lost; the job's deadline on a tool that
+hung — a model's own slow command is ``ENV_WALL``; an ask nobody answered; a breaker open
+on a failing dependency). A trainer masks an episode that met one; a breaker counts them."""
 
 
 class HarnessError(Exception):

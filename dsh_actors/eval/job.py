@@ -47,7 +47,7 @@ from ..core.jsonvalue import thaw
 from ..core.registry import RUN_CODE, snapshot_definition
 from ..log import replay_cards
 from ..render import render_card
-from ..policies import deadline_policy
+from ..policies import breaker_policy, deadline_policy
 from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
 from ..runtime.envhost import AgentEnvironments
@@ -55,6 +55,7 @@ from ..runtime.local import ensure_ray
 from ..tools import reference_tools
 from ..tools.workspace import node_folder
 from .atomic import replace_file, sync_folder
+from .breakers import BreakerRecorder, breaker_history
 from .episode_run import DEFAULT_SYSTEM, KEEP_WORKSPACES, JobFiles, ToolFailedError, coded_failures, pack_folder
 from .episodes import Episode, EpisodeError, load_episodes, repeated
 from .heap import collector_paused, long_lived
@@ -179,7 +180,10 @@ class _Job:
 
     async def _set_up(self, registry: ToolRegistry, works: list[Work]) -> None:
         """The job's policies, tools and approval policy in ``registry``."""
-        # Outermost, first: no call of the job waits forever, whatever its tool does.
+        # Outermost, first: a tool whose calls keep failing on infrastructure (hanging past
+        # their deadline included) fails the next ones at once; then no call of the job
+        # waits forever, whatever its tool does.
+        await registry.on("tools/execute", breaker_policy(on_change=BreakerRecorder(self.name, "tool")))
         per_agent = {w.episode.agent_id: w.episode.limits.tool_timeout_s for w in works
                      if w.episode.limits.tool_timeout_s is not None}
         await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
@@ -381,10 +385,18 @@ async def run_eval(paths: list[str | Path], out_dir: str | Path, *, concurrency:
     finally:
         bar.close()
     ordered = [reports[e.id] for e in episodes if e.id in reports]
-    summary = summary_of(ordered, invalid, time.monotonic() - started)
+    summary = summary_of(ordered, invalid, time.monotonic() - started, breakers=_breakers(job.name) if works else [])
     summary["out"] = str(out)
     write_summaries(out, _summary_json(summary), markdown_of(summary), render_html(summary, ordered, out / "logs"))
     return summary
+
+
+def _breakers(job: str) -> list[dict[str, Any]]:
+    """The job's breakers (:func:`~.breakers.breaker_history`); none when Ray cannot say."""
+    try:
+        return breaker_history(job)
+    except Exception:  # noqa: BLE001 - a summary without them rather than none at all
+        return []
 
 
 def _summary_json(summary: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,11 +136,16 @@ def percentile(values: list[float], p: float) -> float | None:
     return round(ordered[low] + (ordered[high] - ordered[low]) * (rank - low), 2)
 
 
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(at)) + " UTC"
+
+
 def _shown(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds: float) -> dict[str, Any]:
+def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], seconds: float,
+               breakers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     latencies = [ms for r in reports for ms in r.latencies_ms]
     errors: Counter[str] = Counter()
     for r in reports:
@@ -164,6 +170,7 @@ def summary_of(reports: list[EpisodeReport], invalid: list[EpisodeError], second
                        "p99": percentile(latencies, 99)},
         "model": _model_summary([r for r in reports if r.model is not None or r.stop is not None]),
         "repeats": _repeats([r for r in reports if r.task is not None]),
+        "breakers": list(breakers or []),
         "wall_s": round(seconds, 3),
         "per_episode": [{"id": r.id, "agent": r.agent, "status": r.status, "message": r.message, "calls": r.calls,
                          "ok": r.ok, "denied": r.denied, "asks": r.asks, "errors": dict(r.errors),
@@ -276,6 +283,10 @@ def markdown_of(summary: dict[str, Any]) -> str:
                   "", "| ms | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
                   "| a model turn | " + " | ".join(_shown(turn[k]) for k in ("p50", "p90", "p99", "max")) + " |",
                   "| a step's tool calls | " + " | ".join(_shown(step[k]) for k in ("p50", "p90", "p99", "max")) + " |"]
+    if summary.get("breakers"):
+        lines += ["", "| breaker | on node | opened | closed |", "|---|---|---|---|",
+                  *[f"| {b['kind']} {b['name']} | {b['node']} | {_clock(b['opened_at'])} | "
+                    f"{_clock(b['closed_at']) if b['closed_at'] else 'still open'} |" for b in summary["breakers"]]]
     repeats = summary.get("repeats")
     if repeats:
         lines += ["", "| tasks run more than once | " + " | ".join(f"k={k}" for k in repeats["pass@k"]) + " |",

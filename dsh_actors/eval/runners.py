@@ -43,6 +43,7 @@ from ..runtime.errors import ACTOR_GONE, RAY_ERROR
 from ..runtime.traces import FlushesSpans, flush_actors
 from ..runtime.wire import host_index
 from ..tools.workspace import node_folder
+from .breakers import BreakerRecorder
 from .episode_run import JobFiles, conclude, run_episode, started_report, unpack_folder
 from .episodes import Episode
 from .reports import EpisodeReport
@@ -102,13 +103,14 @@ class EpisodeRunnerCore(FlushesSpans):
     workspace template (unpacked once on this node), one model client per endpoint."""
 
     def __init__(self, registries: dict[str, ToolRegistry], files: JobFiles, fleet_size: int,
-                 live: bool, ship_logs: bool) -> None:
+                 live: bool, ship_logs: bool, job: str = "job") -> None:
         trace_export.configure()  # this process's tracer, from its environment (DSH_TRACE_FILE, OTEL_*)
         self._registries = registries
         self._files = files
         self._fleet_size = max(1, fleet_size)  # each endpoint's concurrency limit is shared out evenly
         self._live = live
         self._ship_logs = ship_logs
+        self._job = job
         self._models: dict[ModelConfig, ChatModel] = {}  # one client per endpoint config of the job
         self._template: Path | None = None
         self._unpacking: asyncio.Future[Path] | None = None
@@ -161,6 +163,7 @@ class EpisodeRunnerCore(FlushesSpans):
                 if chat is None:  # its concurrency limit shared out evenly between the runners
                     share = max(1, work.model.concurrency // self._fleet_size)
                     chat = self._models[work.model] = ChatModel(work.model.model_copy(update={"concurrency": share}))
+                    chat.breaker.on_change = BreakerRecorder(self._job, "endpoint")
             card = (lambda text: outbox.put_nowait({"card": text})) if self._live else None
             report, log_path = await run_episode(episode, self._registries[episode.mode], self._files, template,
                                                  model=chat, attempt=work.attempt, card=card)
@@ -297,7 +300,7 @@ class RunnerFleet:
         total = len(places)
         self._spares = total  # replacements allowed over the job (a runner killed again and again stops here)
         self._slots = max(1, math.ceil(self._in_flight / total))
-        self._core_args = (self._registries, self._files, total, self._live, self._ship_logs)
+        self._core_args = (self._registries, self._files, total, self._live, self._ship_logs, self._name)
         made = [self._make(node) for node in places]
         ready = await asyncio.gather(*(handle.ready.remote() for handle in made), return_exceptions=True)
         self._runners = [_Runner(h, n, self._slots) for h, n in zip(made, ready) if isinstance(n, str)]

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..core.errors import INFRA_CODES
+
 __all__ = ["INFRA_CODES", "REASONS", "Reason", "is_infra_code", "termination"]
 
 
@@ -50,13 +52,6 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
 )}
 """Every way an episode ends, the model's first."""
 
-INFRA_CODES = frozenset({
-    "WORKER_CRASHED", "OBJECT_LOST", "SCOPE_UNAVAILABLE", "REGISTRY_UNAVAILABLE", "POLICY_UNAVAILABLE",
-    "PLACEMENT_FAILED", "RAY_ERROR", "ENV_UNAVAILABLE", "ENV_START_FAILED", "ENV_GONE", "FLEET_LIMIT_UNAVAILABLE",
-    "LOG_WRITE_FAILED", "APPROVAL_TIMEOUT", "TOOL_TIMEOUT", "MCP_ERROR",
-})
-"""A call's error codes that say its infrastructure failed, not the model (``TOOL_TIMEOUT``
-is the job's deadline on a tool that hung: a model's own slow command is ``ENV_WALL``)."""
 
 _STOPS = {"final": "final", "max_turns": "max_turns", "max_tokens": "max_tokens", "max_wall": "max_wall",
           "length": "length", "content_filter": "content_filter", "malformed_reply": "malformed_reply",
