@@ -47,7 +47,7 @@ from ..core.jsonvalue import thaw
 from ..core.registry import RUN_CODE, snapshot_definition
 from ..log import replay_cards
 from ..render import render_card
-from ..policies import breaker_policy, deadline_policy
+from ..policies import Breaker, breaker_policy, deadline_policy
 from ..runtime.approval import check_policy
 from ..runtime.client import ToolRegistry
 from ..runtime.envhost import AgentEnvironments
@@ -86,7 +86,7 @@ class _Job:
     def __init__(self, *, tools: Sequence[Any], workspace: str | Path | None, reference: bool,
                  approvals: str, out: Path | None, shared_out: bool, scratch: str | Path | None,
                  name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
-                 keep_workspaces: str = "failed") -> None:
+                 keep_workspaces: str = "failed", breaker: tuple[int, float] = (5, 30.0)) -> None:
         if environments not in ("native", "host"):
             raise ValueError(f'environments is "native" (each episode in its own) or "host" (no walls); '
                              f"got {environments!r}")
@@ -95,6 +95,8 @@ class _Job:
         if not tool_timeout_s > 0:
             raise ValueError(f"the tool timeout must be a positive number of seconds; got {tool_timeout_s!r}")
         self.tool_timeout_s = tool_timeout_s
+        self.breaker = breaker
+        Breaker("check", *breaker)  # a bad threshold or pause raises here, before anything starts
         check_policy(approvals)
         if shared_out and out is None:
             raise ValueError("shared_out needs an out folder (on storage every node mounts)")
@@ -183,7 +185,7 @@ class _Job:
         # Outermost, first: a tool whose calls keep failing on infrastructure (hanging past
         # their deadline included) fails the next ones at once; then no call of the job
         # waits forever, whatever its tool does.
-        await registry.on("tools/execute", breaker_policy(on_change=BreakerRecorder(self.name, "tool")))
+        await registry.on("tools/execute", breaker_policy(*self.breaker, on_change=BreakerRecorder(self.name, "tool")))
         per_agent = {w.episode.agent_id: w.episode.limits.tool_timeout_s for w in works
                      if w.episode.limits.tool_timeout_s is not None}
         await registry.on("tools/execute", deadline_policy(self.tool_timeout_s, per_agent))
@@ -233,8 +235,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
                        on_card: Callable[[str], None] | None = None,
                        runner_options: dict[str, Any] | None = None,
                        name: str | None = None, tool_timeout_s: float = 600.0, environments: str = "native",
-                       keep_workspaces: str = "failed", retry_infra: int = 0,
-                       repeat: int = 1) -> AsyncGenerator[EpisodeReport, None]:
+                       keep_workspaces: str = "failed", retry_infra: int = 0, repeat: int = 1,
+                       breaker: tuple[int, float] = (5, 30.0)) -> AsyncGenerator[EpisodeReport, None]:
     """Run ``episodes`` (:class:`Episode` or their JSON dicts) on episode runners over the
     connected Ray cluster; yield each one's :class:`EpisodeReport` as it finishes (exactly
     one per episode; a failed one has ``status == "failed"`` and a message).
@@ -260,7 +262,8 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
     times an episode the infrastructure ended runs again, from scratch, under the same id
     (each earlier attempt's log kept as ``<id>.attempt-<n>.log``); never one the model
     ended. ``repeat``: how many times each episode runs (its own ``repeat`` wins), each run
-    an episode ``<id>.r<k>``. Raises ``ValueError`` before
+    an episode ``<id>.r<k>``. ``breaker``: each tool's breaker (``(threshold, pause_s)``:
+    that many infrastructure failures in a row open it; a probe after the pause). Raises ``ValueError`` before
     anything runs when an episode is invalid or has a task and no model."""
     if isinstance(retry_infra, bool) or not isinstance(retry_infra, int) or retry_infra < 0:
         raise ValueError(f"retry_infra is a whole number of attempts, 0 or more; got {retry_infra!r}")
@@ -278,7 +281,7 @@ async def run_episodes(episodes: Iterable[Episode | Mapping[str, Any]], *, tools
         (folder / "logs").mkdir(parents=True, exist_ok=True)
     job = _Job(tools=tools, workspace=workspace, reference=reference_tools, approvals=approvals,
                out=folder, shared_out=shared_out, scratch=scratch, name=name, tool_timeout_s=tool_timeout_s,
-               environments=environments, keep_workspaces=keep_workspaces)
+               environments=environments, keep_workspaces=keep_workspaces, breaker=breaker)
     unknown = {e.id: e.unknown_tools(job.tool_names) for e in items}
     if any(unknown.values()):
         raise ValueError("; ".join(f"episode {i}: scope names unknown tools {names}"

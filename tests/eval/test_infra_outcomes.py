@@ -1,0 +1,117 @@
+"""A thousand scripted episodes with faults injected, judged from outside: every injected
+failure is flagged as the infrastructure's with its reason, no clean episode is, retried
+episodes end as their retry did, and a tool's breaker opens while its server is down and
+closes once it is back.
+
+The faults are those of the server the tool talks to: down for its first calls (whoever
+makes them), dying under the calls of 5 % of the episodes (``WORKER_CRASHED``) and hanging
+past the deadline of 2 % (``TOOL_TIMEOUT``), on their first two attempts; and one runner is
+SIGKILLed mid-run. Each call writes a marker naming its episode and attempt: what ran is
+counted on disk."""
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from dsh_actors import HarnessError, define_tool, text_block
+from dsh_actors.core.errors import INFRA_CODES
+from dsh_actors.eval.breakers import breaker_history
+from dsh_actors.eval.job import run_episodes
+
+from ..runtime.fixtures import WhenMarked
+from .test_runners import _runners
+
+pytestmark = pytest.mark.timeout(600)
+
+EPISODES = 1000
+OUTAGE_S = 1.5  # the server is down this long after its first call, whoever makes the calls
+
+
+def number(episode: str) -> int:
+    return int(episode.split("-")[1])
+
+
+def crashes(episode: str) -> bool:
+    return number(episode) % 20 == 3
+
+
+def hangs(episode: str) -> bool:
+    return number(episode) % 50 == 7
+
+
+def server_tool(folder: Path):
+    where = str(folder)
+
+    async def body(args, ctx):
+        episode, n = ctx.agent, int(args["n"])
+        first = os.path.join(where, "server-up-since")
+        try:
+            with open(first, "x") as since:
+                since.write(str(time.time()))
+        except FileExistsError:
+            pass
+        down = time.time() - float(Path(first).read_text() or time.time()) < OUTAGE_S
+        attempt = len([p for p in os.listdir(where) if p.startswith(f"{episode}.") and p.endswith(".0")]) + (n == 0)
+        Path(where, f"{episode}.{attempt}.{n}").touch()
+        if down:
+            raise HarnessError("the tool's server is down", "WORKER_CRASHED")
+        if n == 1 and attempt <= 2 and crashes(episode):
+            raise HarnessError("the tool's server died under the call", "WORKER_CRASHED")
+        if n == 1 and attempt <= 2 and hangs(episode):
+            await asyncio.sleep(30)  # past the episode's deadline
+        return [text_block("done")]
+
+    return define_tool(name="svc", description="talks to a server", parameters={"n": {"type": "number"}},
+                       execute=body)
+
+
+def test_injected_infrastructure_failures_are_flagged_retried_and_broken_off_and_clean_ones_are_not(
+        ray_cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # Early, while episodes run (the breaker keeps calls, and so markers, away while it is open).
+    killer = WhenMarked(marks, 150, lambda: [os.kill(ray.get(r.pid.remote(), timeout=30), signal.SIGKILL)
+                                                       for r in _runners("faults")[:1]], within_s=300)
+    episodes = [{"id": f"ep-{i:04d}", "limits": {"tool_timeout_s": 1.0},
+                 "turns": [{"calls": [{"name": "svc", "arguments": {"n": n}}]} for n in range(2)]}
+                for i in range(EPISODES)]
+
+    async def run():
+        stream = run_episodes(episodes, name="faults", tools=[server_tool(marks)], reference_tools=False,
+                              environments="host", in_flight=128, retry_infra=1, breaker=(5, 0.5))
+        return [r async for r in stream]
+
+    reports = {r.id: r for r in asyncio.run(run())}
+    assert killer.join() is not None
+    history = breaker_history("faults")
+    assert sorted(reports) == [e["id"] for e in episodes]  # one report each, none lost
+
+    for report in reports.values():
+        met = set(report.errors) & INFRA_CODES
+        # Flagged exactly when its last attempt met the infrastructure (or no runner could finish it).
+        assert report.termination["infra"] == bool(met or report.termination["reason"] == "runner_lost"), report
+        assert (report.status == "ok") == (not report.termination["infra"]), report
+        assert report.termination["reason"] in ("scripted", "tool_lost", "runner_lost"), report
+        # Only the infrastructure's ends ran again; each attempt is accounted for.
+        assert all(e.get("runner_lost") or e["termination"]["infra"] for e in report.retried), report
+        assert report.attempts == 1 + len(report.retried)
+        if crashes(report.id) or hangs(report.id):
+            # Its server failed its first attempts: flagged, it ran again, and it ends as its last
+            # attempt did (checked above: flagged exactly when that one met the infrastructure).
+            assert any(e.get("termination", {}).get("reason") == "tool_lost" for e in report.retried), report
+    assert any("TOOL_TIMEOUT" in r.errors for r in reports.values() if hangs(r.id))
+    clean = [r for r in reports.values() if not (crashes(r.id) or hangs(r.id))]
+    # A clean episode fails only when the outage (its server down, then its breaker open) or a
+    # lost runner met both its attempts — and says so; most end ok.
+    for report in (r for r in clean if r.status != "ok"):
+        assert set(report.errors) <= {"WORKER_CRASHED", "BREAKER_OPEN"} and report.termination["infra"], report
+    assert any(r.retried and any(e.get("runner_lost") for e in r.retried) for r in reports.values())  # the kill
+    # The outage: a breaker opened, and closed once the server was back (later failures may
+    # open one again near the end: the run ends whatever state it is in).
+    tool_breakers = [b for b in history if b["kind"] == "tool" and b["name"] == "svc"]
+    assert tool_breakers and tool_breakers[0]["closed_at"] is not None, history
