@@ -3,7 +3,7 @@ failure is flagged as the infrastructure's with its reason, no clean episode is,
 episodes end as their retry did, and a tool's breaker opens while its server is down and
 closes once it is back.
 
-The faults are those of the server the tool talks to: down for its first calls (whoever
+The faults are those of the server the tool talks to: down for its first 1.5 s (whoever
 makes them), dying under the calls of 5 % of the episodes (``WORKER_CRASHED``) and hanging
 past the deadline of 2 % (``TOOL_TIMEOUT``), on their first two attempts; and one runner is
 SIGKILLed mid-run. Each call writes a marker naming its episode and attempt: what ran is
