@@ -65,7 +65,7 @@ def _backend_folder(node: str | None) -> str:
 def _make_backend(folder: str) -> Any:
     from ..envs.native import NativeBackend
 
-    return NativeBackend(folder)
+    return NativeBackend(folder=folder)
 
 
 class EnvHostService:
@@ -237,7 +237,12 @@ class AgentEnvironments:
         return await env.run(command, timeout_s=timeout_s, max_output=max_output)
 
     async def place(self, ctx: Any) -> Any:
+        """The call's place: its agent's environment, asked for again (once) when the one
+        this process knew is gone and another took its id (the episode runs again)."""
         from ..tools.places import EnvPlace
 
         env, workspace = await self.environment(ctx)
-        return EnvPlace(env, workspace)
+
+        async def fresh(stale: Environment) -> Environment:
+            return (await self.environment(ctx, stale=stale))[0]
+        return EnvPlace(env, workspace, fresh)

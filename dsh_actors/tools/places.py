@@ -22,13 +22,15 @@ import os
 import posixpath
 import signal as signals
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from ..core.errors import ExecutionCancelledError
-from ..envs.contract import CommandResult, EnvPathError, Environment, limit_error
+from ..envs.contract import CommandResult, EnvironmentGoneError, EnvPathError, Environment, limit_error
 from .workspace import AgentWorkspaces, Workspace, WorkspaceError
 
 __all__ = ["EnvPlace", "HostPlace", "Place", "PlaceResolver", "command_text", "place_of", "relative_path"]
+
+T = TypeVar("T")
 
 
 class Place(Protocol):
@@ -81,23 +83,41 @@ def command_text(result: CommandResult, command: str) -> dict[str, Any]:
 
 
 class EnvPlace:
-    """An episode environment's workspace: everything happens inside its walls."""
+    """An episode environment's workspace: everything happens inside its walls.
 
-    def __init__(self, env: Environment, root: str) -> None:
-        self.env, self.root = env, root
+    ``fresh(stale)``, when given, is asked once for the environment now under the same id
+    when the one held is gone (``ENV_GONE``): its episode started again, and the request
+    never reached the old one, which was ended first."""
+
+    def __init__(self, env: Environment, root: str,
+                 fresh: Callable[[Environment], Awaitable[Environment]] | None = None) -> None:
+        self.env, self.root, self._fresh = env, root, fresh
+
+    async def _in_env(self, act: Callable[[Environment], Awaitable[T]]) -> T:
+        try:
+            return await act(self.env)
+        except EnvironmentGoneError:
+            if self._fresh is None:
+                raise
+            self.env, self._fresh = await self._fresh(self.env), None  # (raises if none took its place)
+            return await act(self.env)
 
     async def read(self, path: str, limit: int) -> bytes | None:
+        rel = relative_path(self.root, path)
         try:
-            return await self.env.read_file(relative_path(self.root, path), limit=limit)
+            return await self._in_env(lambda env: env.read_file(rel, limit=limit))
         except EnvPathError:
             return None
 
     async def write(self, path: str, data: bytes) -> None:
-        await self.env.write_file(relative_path(self.root, path), data)
+        rel = relative_path(self.root, path)
+        await self._in_env(lambda env: env.write_file(rel, data))
 
     async def run(self, command: str, *, timeout_s: float, max_output: int, signal: Any = None) -> CommandResult:
-        running = asyncio.ensure_future(self.env.run(command, timeout_s=timeout_s, max_output=max_output))
-        return await _until_aborted(running, signal)
+        async def run(env: Environment) -> CommandResult:
+            running = asyncio.ensure_future(env.run(command, timeout_s=timeout_s, max_output=max_output))
+            return await _until_aborted(running, signal)
+        return await self._in_env(run)
 
 
 class HostPlace:
