@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import re
-import tempfile
 from typing import Any, Callable
 
 import ray
@@ -58,21 +56,16 @@ def host_name(node: str) -> str:
     return f"dsh-envs:{node}"
 
 
-def _backend_folder(node: str | None) -> str:
-    return os.path.join(tempfile.gettempdir(), "dsh-envs", (node or "local")[:16])
-
-
-def _make_backend(folder: str) -> Any:
+def _make_backend() -> Any:
     from ..envs.native import NativeBackend
 
-    return NativeBackend(folder=folder)
+    return NativeBackend()  # its folder: one of its own under the user's (a node's host each)
 
 
 class EnvHostService:
     """The environments of one node (see the module docs)."""
 
-    def __init__(self, make_backend: Callable[[str], Any] = _make_backend) -> None:
-        self._folder = _backend_folder(this_node())
+    def __init__(self, make_backend: Callable[[], Any] = _make_backend) -> None:
         self._make_backend = make_backend
         self._backend: Any = None
         self._envs: dict[str, tuple[Environment, tuple[Any, str] | None, str]] = {}  # id -> (env, starter, workspace)
@@ -81,7 +74,7 @@ class EnvHostService:
 
     def _backend_here(self) -> Any:
         if self._backend is None:
-            self._backend = self._make_backend(self._folder)  # its warm parent starts on first use
+            self._backend = self._make_backend()  # its warm parent starts on first use
         return self._backend
 
     async def start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None) -> Any:
