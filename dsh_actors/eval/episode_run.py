@@ -275,7 +275,9 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
         report.workspace = str(workspace)
         session_id = registry.session_id(episode.agent_id)
         if files.environments == "native":
-            hidden = (files.root, *files.hidden)  # every other episode's files, the run's output
+            # Its root holds the host's system alone (every other episode's files, the run's
+            # output and Ray's session are not in it); the job's paths are named for any other backend.
+            hidden = tuple(p for p in files.hidden if not str(workspace).startswith(p.rstrip("/") + "/"))
             environment = await start_environment(session_id, episode.environment.spec(str(workspace), hidden))
         session = await SessionLog.open_async(session_id, str(log_path))
         if episode.scope.restrict is not None:
