@@ -159,11 +159,11 @@ def test_keep_workspaces_decides_what_stays_on_disk_and_the_rest_of_the_job_fold
                 {"id": "fails", "turns": [*bash("echo ok > proof.txt"), {"calls": [{"name": "lost", "arguments": {}}]}]}]
     tool = define_tool(name="lost", description="a tool whose server is gone", parameters={}, execute=lost)
     reports = {r.id: r for r in collect(run_episodes(episodes, name=f"keep-{keep}", scratch=tmp_path, tools=[tool],
-                                                     keep_workspaces=keep))}
+                                                     keep_workspaces=keep, out=tmp_path / "out"))}
     assert reports["passes"].status == "ok" and reports["fails"].status == "failed"
     kept = {r.id for r in reports.values() if r.workspace is not None and Path(r.workspace, "proof.txt").is_file()}
     assert kept == left
     assert all(r.workspace is None for r in reports.values() if r.id not in left)  # the report says where, or nothing
-    job_folders = list((tmp_path / "dsh-actors-jobs").iterdir())
+    job_folders = list((tmp_path / "dsh-actors-jobs").iterdir())  # (the logs were sent to --out)
     leftovers = {p.relative_to(tmp_path).parts[2] for folder in job_folders for p in folder.rglob("*") if p.is_file()}
     assert leftovers <= {"job", "workspaces"}, leftovers  # the template copies and logs are gone
