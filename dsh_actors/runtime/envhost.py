@@ -26,7 +26,8 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..envs.contract import EnvironmentGoneError, EnvironmentStartError, EnvSpec, Environment
+from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, EnvironmentUnavailableError, EnvSpec,
+                             Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
 from .requester import CHECK_S, requester, still_there
@@ -158,6 +159,10 @@ async def start_environment(session_id: str, spec: EnvSpec) -> str:
         await (await _host(node)).start.remote(env_id, spec, requester())
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
+        if isinstance(cause, EnvironmentUnavailableError):
+            raise EnvironmentUnavailableError(
+                f"{cause.message} — or, for commands you trust, run the tools without walls (the batch job's "
+                "--environments host)") from None
         raise (cause or EnvironmentStartError(f"environment {env_id} could not start: {exc}")) from None
     except ACTOR_GONE as exc:
         raise EnvironmentStartError(f"the environment host of this node died while starting {env_id}: {exc}") from None
