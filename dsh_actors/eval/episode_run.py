@@ -310,15 +310,15 @@ async def run_episode(episode: Episode, registry: ToolRegistry, files: JobFiles,
         await scope.close()
         if environment is not None:  # every process it holds ends with the episode
             await end_environment(registry.session_id(episode.agent_id))
-        if report.workspace is not None and not _kept(files.keep, report.status):
-            await asyncio.to_thread(shutil.rmtree, report.workspace, True)
-            report.workspace = None
         if session is not None:
             summary = await session.close()
             _count_logged(report, summary)
             if report.status == "ok" and summary is not None and not await asyncio.to_thread(_on_disk, log_path, summary):
                 report.status, report.message = "failed", f"its log {log_path} does not hold what its writer took"
         conclude(report, failure)
+        if report.workspace is not None and not _kept(files.keep, report.status):  # (once its end is known)
+            await asyncio.to_thread(shutil.rmtree, report.workspace, True)
+            report.workspace = None
     return report, log_path
 
 

@@ -40,7 +40,8 @@ def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray
 def test_the_cli_runs_the_shipped_examples_end_to_end_and_summarises_every_outcome(tmp_path):
     """The README's first command, on a Ray of its own: every example's outcome is in the
     summary, its logs and its pages; then the folder is refused again, and exported."""
-    out = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet"],
+    out = subprocess.run([sys.executable, "-m", "dsh_actors", "eval", "--out", str(tmp_path), "--quiet",
+                          "--keep-workspaces", "all"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# Evaluation summary" in out.stdout and "8 episodes (8 ok, 0 failed)" in out.stdout
@@ -112,7 +113,7 @@ def test_a_run_owns_its_folder_episodes_do_not_share_files_and_failures_are_kept
             "except Exception:\n    print('missing')\nreturn a[:5]"}]},
     ]))
     out = tmp_path / "run"
-    summary = asyncio.run(run_eval([episodes], out, concurrency=4, progress=None))
+    summary = asyncio.run(run_eval([episodes], out, concurrency=4, progress=None, keep_workspaces="all"))
     per = {e["id"]: e for e in summary["per_episode"]}
     assert summary["episodes_failed"] == 0, summary
     texts = {name: (Path(per[f"writer-{name}"]["workspace"]) / "shared.txt").read_text() for name in "AB"}
