@@ -89,11 +89,10 @@ def test_episodes_spread_over_the_nodes_and_each_ones_work_stays_on_its_runners_
         workspace = Path(report.workspace)
         assert report.node in workspace.parts and (workspace / "mine.txt").read_text() == f"ep-{int(report.id[3:])}"
         assert (out / "logs" / f"{report.id}.log").stat().st_size > 0  # every log is in the driver's folder:
-        on_node = list(scratch.glob(f"**/logs/{report.node}/{report.id}.log"))
-        if report.node == driver:  # written there by its node's writer, nothing sent back
-            assert on_node == []
-        else:  # written on its own node, and streamed back
-            assert len(on_node) == 1 and on_node[0].read_bytes() == (out / "logs" / f"{report.id}.log").read_bytes()
+        # Written on its own node (the driver's: straight into --out) and streamed back; the
+        # node's copy is gone with the job (its runners tidy their node's folder at its end).
+        assert list(scratch.glob(f"**/logs/{report.node}/{report.id}.log")) == []
+    assert {report.node for report in reports} - {driver}  # some logs did come from the other node
     assert not ray.util.list_named_actors(all_namespaces=True) or not any(
         a["name"].startswith(RUNNER_PREFIX) for a in ray.util.list_named_actors(all_namespaces=True))  # ended
 
