@@ -111,6 +111,19 @@ def orphan_guard(parent=None, alive_fd=None):
             os._exit(SETUP_FAILED)
 
 
+def drop_capabilities(lib):
+    """No capability anywhere, now or after an exec: the bounding and ambient sets
+    emptied, then the permitted, effective and inheritable ones. The creator of a user
+    namespace holds every capability inside it, and a uid change there does not clear
+    them (its uid 0 is not mapped); Episode environments' inits use it too."""
+    for cap in range(64):
+        lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
+    lib.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(lib.capset(header, data), "capset")
+
+
 class Launch:
     """One sandbox run's walls, applied in order by the processes that hold them."""
 
@@ -312,17 +325,7 @@ class Launch:
             raise SetupError("user namespace: the reaper could not write the id maps")
         os.setresgid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
         os.setresuid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
-        self._drop_capabilities()
-
-    def _drop_capabilities(self):
-        """No capability anywhere: the creator of a user namespace holds them all inside
-        it, and a uid change there does not clear them (its uid 0 is not mapped)."""
-        for cap in range(64):
-            self.libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
-        self.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
-        data = (ctypes.c_uint32 * 6)()
-        _check(self.libc.capset(header, data), "capset")
+        drop_capabilities(self.libc)
 
     def _program(self, to_reaper, from_reaper, program_main):
         """Runs in the program process: drop everything, then run the program (or report)."""
