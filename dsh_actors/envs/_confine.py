@@ -1,0 +1,157 @@
+"""What an environment's init gives up before it serves, so every command inherits it.
+
+Trusted code, imported by the warm parent (``_zygote.py``) as a top-level module. The
+init applies these once, after its root is built; commands are spawned from it (``vfork``
+and ``exec``: nothing runs between them), so each one starts with exactly the init's
+walls and can only add to them:
+
+- **an unprivileged uid, no capabilities**: the environment's own uid (a root host) or uid
+  1000 of a user namespace mapped to the backend's (an ordinary user); the bounding and
+  ambient sets emptied, so no exec (setuid or file capabilities) gains one back;
+- **no_new_privs**: what Landlock and seccomp need, and setuid bits are ignored;
+- **Landlock**: read and execute anywhere it can see; write only its workspace, ``/tmp``,
+  ``/dev/shm`` and the harmless devices; no signal to, or abstract socket of, a process
+  outside the environment; and, where it has no network namespace of its own, no TCP but
+  to the ports its egress names;
+- **seccomp**: no ptrace or reading other processes' memory, mounts, namespaces, keyrings,
+  BPF, perf, userfaultfd, io_uring, kernel modules, clocks, reboot or swap; no socket but
+  unix, IPv4, IPv6 and netlink (never ``AF_VSOCK``: the way to this machine's hypervisor);
+  no ``fallocate`` (space no write counted: :data:`DENIED_WITH`);
+- **rlimits**: no core files, each file at most the disk bound, processes per uid.
+
+The seccomp program is compiled once per backend (:func:`compile_filter`, in the warm
+parent) and loaded by each init with one ``prctl``.
+"""
+
+import ctypes
+import errno
+import os
+import resource
+
+import landlockpy
+import pyseccomp
+from landlockpy import AccessFS, AccessNet, Scope
+
+import _walls  # Code Mode's walls: the C library, constants, dropping capabilities
+
+PR_SET_DUMPABLE, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 22, 2
+
+DENIED = (
+    # other processes
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "process_madvise",
+    # mounts and namespaces
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+    "fspick", "mount_setattr", "unshare", "setns",
+    # kernel facilities a command line never needs, each a known way into the kernel
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "adjtimex",
+    "clock_adjtime", "iopl", "ioperm", "quotactl", "quotactl_fd", "name_to_handle_at", "open_by_handle_at",
+    "lookup_dcookie", "uselib", "vhangup", "syslog", "fanotify_init", "personality",
+)
+"""System calls that answer ``EPERM`` inside an environment."""
+
+DENIED_WITH = {"fallocate": errno.EOPNOTSUPP, "clone3": errno.ENOSYS}
+"""Calls that answer another error, which callers handle: ``fallocate`` reserves disk
+space without writing it (so the disk bound, which counts bytes written, would not see
+it): without it ``posix_fallocate`` writes zeros. ``clone3`` passes its flags in memory
+the filter cannot read: without it the C library falls back to ``clone``, whose flags it
+can (no new namespace)."""
+
+SOCKET_FAMILIES = (1, 2, 10, 16)
+"""The socket families a command may open: ``AF_UNIX``, ``AF_INET``, ``AF_INET6`` and
+``AF_NETLINK`` (``ip`` and ``ss`` inside its own network namespace)."""
+
+_NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000,
+                    0x00000080)  # mount, uts, ipc, user, pid, net, cgroup, time
+
+
+def compile_filter():
+    """The seccomp program of every environment (BPF bytes), compiled by libseccomp."""
+    sc = pyseccomp
+    rules = sc.SyscallFilter(defaction=sc.ALLOW)
+    for name in DENIED:
+        try:
+            rules.add_rule(sc.ERRNO(errno.EPERM), name)
+        except (OSError, ValueError, RuntimeError):
+            pass  # a call this architecture does not have
+    for name, code in DENIED_WITH.items():
+        rules.add_rule(sc.ERRNO(code), name)
+    for flag in _NAMESPACE_FLAGS:
+        rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    for family in range(max(SOCKET_FAMILIES) + 1):
+        if family not in SOCKET_FAMILIES:
+            rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.EQ, family))
+    rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.GT, max(SOCKET_FAMILIES)))
+    rules.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)  # a 32-bit call would bypass the table
+    try:
+        rules.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # a binary tree: every system call of every command walks it
+    except (OSError, ValueError, RuntimeError):
+        pass  # libseccomp before 2.5: a linear list, slower but the same rules
+    read, write = os.pipe()
+    with os.fdopen(write, "wb") as sink:
+        rules.export_bpf(sink)
+    with os.fdopen(read, "rb") as source:
+        return source.read()
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_filter(lib, program):
+    """Install the compiled program on this process (needs no_new_privs first)."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if lib.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise _walls.SetupError(f"seccomp: {os.strerror(ctypes.get_errno())}")
+
+
+def drop_privileges(lib, uid):
+    """Become ``uid`` (``None``: keep this user namespace's uid) with no capability left."""
+    if uid is not None:
+        for cap in range(64):  # the bounding set first: emptying it needs a capability
+            lib.prctl(_walls.PR_CAPBSET_DROP, cap, 0, 0, 0)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _walls.drop_capabilities(lib)
+    lib.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no same-uid /proc/1/* access, no ptrace
+    if lib.prctl(_walls.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _walls.SetupError("no_new_privs: refused")
+
+
+def set_limits(*, file_bytes, processes, memory_bytes=None):
+    """rlimits every command inherits (``memory_bytes``: only where no cgroup bounds memory)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    if memory_bytes is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+"""The device nodes an environment has (its whole ``/dev`` beside ``shm`` and links)."""
+
+
+def landlock(*, writable, extra_writable_fds=(), tcp_ports=None):
+    """Restrict this process (and so every command) with Landlock: read what it sees,
+    write ``writable`` and the devices; ``tcp_ports`` (a tuple) only where the
+    environment shares the host's network: connect to those ports, bind none."""
+    if landlockpy.abi_version() < 1:
+        raise _walls.SetupError("landlock: not supported by this kernel")
+    read = AccessFS.EXECUTE | AccessFS.READ_FILE | AccessFS.READ_DIR
+    handled_net = AccessNet.BIND_TCP | AccessNet.CONNECT_TCP if tcp_ports is not None else AccessNet.NONE
+    with landlockpy.Ruleset(handled_net=handled_net, scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as ruleset:
+        everything = ruleset.handled_fs
+        ruleset.allow_path("/", read)
+        for path in writable:
+            ruleset.allow_path(path, everything)
+        for fd in extra_writable_fds:
+            ruleset.allow_path(f"/proc/self/fd/{fd}", everything)
+        for path in DEVICES:
+            if os.path.exists(path):
+                ruleset.allow_path(path, AccessFS.READ_FILE | AccessFS.WRITE_FILE)
+        for port in tcp_ports or ():
+            ruleset.allow_port(port, AccessNet.CONNECT_TCP)
+        ruleset.restrict()
