@@ -1,0 +1,115 @@
+"""An environment's spawner: where its commands are born, already inside their cgroups.
+
+Forked by the init once every wall is up (so it has them all, and can only add to them);
+a top-level module of the trusted processes. It joins the environment's bounded cgroup
+(``box``) for good, and parks in the tracking slot the next command will use. Asked by the
+init, it ``posix_spawn``\\ s the command right there (``vfork`` and ``exec``: nothing is
+copied, and nothing moves between cgroups on a command's way: a cgroup move after an idle
+spell waits for an RCU grace period, about 8 ms on these machines), answers with its pid,
+then parks in the slot the init named for the next command, on a thread of its own, while
+the main thread goes on reporting its commands' exits.
+
+Why a process of its own, not the init: a process's children are born in its cgroups, and
+the init stays outside ``box`` so the memory bound's OOM killer never picks it. The
+spawner is as unprivileged as a command (the same uid, the same walls): a command may kill
+it (the init then forks another, and reaps the orphans itself) but can neither trace it
+nor read its memory (seccomp; it is not dumpable).
+
+Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
+
+    init -> {"n", "command", "slot", "next"} + fds [output pipe, working folder]
+    spawner -> {"n", "pid"} | {"n", "errno"}         at once
+    spawner -> {"exit": pid, "status": wait status}  when the command's bash ends
+"""
+
+import os
+import selectors
+import signal
+import socket
+import threading
+
+import msgpack
+
+BASH = "/bin/bash"
+
+RESET_SIGNALS = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
+"""Signals a command starts with at their default action: Python ignores ``SIGPIPE`` and
+``SIGXFSZ``, and an ignored signal stays ignored across ``exec`` (``yes | head`` would never
+end, and a file over its size cap would not stop its writer)."""
+
+
+class Spawner:
+    def __init__(self, sock, cgroups, env):
+        self.sock, self.cgroups, self.env = sock, cgroups, env
+        self.parked = None
+        self.parking = None
+
+    def _park(self, slot):
+        self.cgroups.park(slot)
+        self.parked = slot
+
+    def _send(self, message):
+        self.sock.send(msgpack.packb(message, use_bin_type=True))
+
+    def spawn(self, request, fds):
+        output, folder = fds
+        try:
+            if self.parking is not None:
+                self.parking.join()
+                self.parking = None
+            if self.cgroups is not None and self.parked != request["slot"]:
+                self._park(request["slot"])
+            os.fchdir(folder)
+            pid = os.posix_spawn(BASH, ["bash", "-c", request["command"]], self.env, setsid=True,
+                                 setsigdef=RESET_SIGNALS, file_actions=[
+                                     (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                                     (os.POSIX_SPAWN_DUP2, output, 1), (os.POSIX_SPAWN_DUP2, output, 2)])
+        except OSError as exc:
+            self._send({"n": request["n"], "errno": exc.errno, "error": exc.strerror or str(exc)})
+            return
+        finally:
+            os.close(output)
+            os.close(folder)
+        self._send({"n": request["n"], "pid": pid})
+        following = request.get("next")
+        if self.cgroups is not None and following is not None and following != self.parked:
+            self.parking = threading.Thread(target=self._park, args=(following,), daemon=True)
+            self.parking.start()
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self._send({"exit": pid, "status": status})
+
+    def run(self, first_slot):
+        """The spawner's life; it ends (the process exits) when the init's end closes."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        if self.cgroups is not None:
+            self.cgroups.join_box()
+            self._park(first_slot)
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock, selectors.EVENT_READ, "request")
+        selector.register(wake_r, selectors.EVENT_READ, "children")
+        while True:
+            for key, _ in selector.select():
+                if key.data == "children":
+                    try:
+                        while os.read(wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                    continue
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 2)
+                if not data:
+                    os._exit(0)
+                self.spawn(msgpack.unpackb(data, raw=False), fds)
