@@ -307,7 +307,7 @@ class EnvCgroups:
         """Whether a process other than ``spawner`` is in slot ``number`` (one its command
         left running). On cgroup v2 the spawner, while it parks there, counts too: such a
         slot is only checked again later."""
-        fds = self._slot_fds.get(number)
+        fds = self.slot(number)  # the spawner made it; this process opens it the first time
         if fds is None:
             return False
         try:

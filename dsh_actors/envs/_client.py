@@ -162,6 +162,9 @@ class EnvClient:
         """``bash -c command`` inside the environment (see the contract)."""
         if not isinstance(command, str):
             raise TypeError("a command is a str")
+        if len(command.encode()) > _wire.MAX_COMMAND:
+            raise ValueError(f"a command is at most 128 KiB ({_wire.MAX_COMMAND} bytes): write a longer script to a "
+                             f"file first (write_file), then run it")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ValueError(f"timeout_s is a positive number of seconds; got {timeout_s!r}")
         if isinstance(max_output, bool) or not isinstance(max_output, int) or not 0 <= max_output <= _wire.MAX_DATA:

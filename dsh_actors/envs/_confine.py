@@ -34,7 +34,7 @@ from landlockpy import AccessFS, AccessNet, Scope
 
 import _walls  # Code Mode's walls: the C library, constants, dropping capabilities
 
-PR_SET_DUMPABLE, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 22, 2
+PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 15, 22, 2
 
 DENIED = (
     # other processes
@@ -64,6 +64,17 @@ SOCKET_FAMILIES = (1, 2, 10, 16)
 
 _NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000,
                     0x00000080)  # mount, uts, ipc, user, pid, net, cgroup, time
+
+
+def retitle(lib, name):
+    """Show ``name`` as this process's command line and name: every command may read
+    ``/proc/<pid>/cmdline`` of its init and spawner, and the warm parent's was its whole
+    configuration (host paths). Its bytes are overwritten in place (children inherit it)."""
+    fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+    title = name.encode()[:max(0, end - start - 1)]
+    ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
+    lib.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def compile_filter():

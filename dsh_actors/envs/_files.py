@@ -43,7 +43,7 @@ class Workspace:
     """The workspace as the init holds it: a descriptor and the host path it is bound at."""
 
     def __init__(self, lib, path):
-        self._syscall = lib.syscall
+        self.lib, self._syscall = lib, lib.syscall
         self.path = path.rstrip("/") or "/"
         self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 

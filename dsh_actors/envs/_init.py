@@ -50,13 +50,15 @@ def _identity(uid):
     }
 
 
-def _hosts(extra):
+def _hosts(names):
+    """``/etc/hosts`` with the egress names' stand-in addresses first (the first match wins,
+    so a name the host's file already has points at its forwarder too)."""
     try:
         with open("/etc/hosts") as handle:
             base = handle.read()
     except OSError:
         base = "127.0.0.1\tlocalhost\n"
-    return base.rstrip("\n") + "\n" + extra + "\n"
+    return names + "\n" + base
 
 
 def _chown_tree(path, uid):
@@ -105,6 +107,7 @@ def main(config, env, *, status, alive_fd, listener, channel, uid, program):
     """The init's life (see the module docs); never returns. ``channel``: a socket to the
     warden, which sends the cgroups (made meanwhile) and takes the egress listeners."""
     lib = _walls.libc(config["sonames"])
+    _confine.retitle(lib, "dsh-envs-init")
     _die_with_warden(lib, alive_fd)
     mechanisms, host_root = set(config["mechanisms"]), config["host_root"]
     try:

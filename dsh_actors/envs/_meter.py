@@ -12,10 +12,10 @@ cpu        measured: CPU seconds from the cgroup (``cpu.stat``; without cgroups,
            environment's life, checked every :data:`WATCH_S` while a process runs in it
            and when a command ends
 disk       measured: bytes the environment's processes wrote to storage, from the kernel's
-           per-process I/O accounting (``write_bytes`` less ``cancelled_write_bytes`` in
-           ``/proc/<pid>/io``: the live processes' own, and the init's, which holds every
-           reaped process's), so a file written and deleted, or written while open and
-           unlinked, counts; ``fallocate`` is refused so no space is taken unwritten.
+           per-process I/O accounting (``write_bytes`` of the live processes in
+           ``/proc/<pid>/io``; for the reaped ones, their reapers' ``getrusage`` output
+           blocks), so a file written and deleted, or written while open and unlinked,
+           counts; ``fallocate`` is refused so no space is taken unwritten.
            Each single file is also capped by the kernel (``RLIMIT_FSIZE``). The private
            ``/tmp`` is a tmpfs: it counts as memory, not disk
 =========  ===========================================================================
@@ -25,6 +25,7 @@ every later one is refused with that bound.
 """
 
 import os
+import resource
 
 WATCH_S = 0.05
 """How often a running environment is measured (20 Hz: about 0.1 ms each time for a few
@@ -34,42 +35,61 @@ its budget by at most this times the cores it uses."""
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _io_written(fd_or_path):
-    """``write_bytes - cancelled_write_bytes`` of one process (0 if it is gone)."""
+def _io_written(pid):
+    """Bytes process ``pid`` wrote to storage so far (0 if it is gone)."""
     try:
-        if isinstance(fd_or_path, int):
-            text = os.pread(fd_or_path, 1024, 0).decode()
-        else:
-            with open(fd_or_path) as handle:
-                text = handle.read()
-    except (OSError, ValueError):
+        with open(f"/proc/{pid}/io") as handle:
+            text = handle.read()
+    except OSError:
         return 0
     values = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    return int(values.get("write_bytes", 0)) - int(values.get("cancelled_write_bytes", 0))
+    return int(values.get("write_bytes", 0))
 
 
-def _times(stat_text, children):
-    fields = stat_text.rsplit(")", 1)[1].split()
-    first = 13 if children else 11  # cutime, cstime / utime, stime
-    return (int(fields[first]) + int(fields[first + 1])) / _TICKS
+def _own():
+    """Bytes this init wrote, and its reaped descendants wrote, to storage; and their CPU
+    seconds (``getrusage``: the kernel adds a reaped process's counts to its reaper's)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (me.ru_oublock + children.ru_oublock) * 512, children.ru_utime + children.ru_stime
 
 
-def _live():
-    """The other processes of this PID namespace (this init is 1)."""
-    return [name for name in os.listdir("/proc") if name.isdigit() and name != "1"]
+def _cpu_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _live(skip):
+    """The other processes of this PID namespace (this init is 1), but ``skip``."""
+    return [name for name in os.listdir("/proc") if name.isdigit() and name != "1" and int(name) != skip]
 
 
 class Meter:
-    """Reads what the environment used (see the module docs)."""
+    """Reads what the environment used (see the module docs).
+
+    The kernel adds a reaped process's I/O and CPU to its reaper's: the init's own counters
+    hold everything it reaped (orphans, a spawner that died, and all that one reaped), the
+    spawner's what it reaped (the commands' bash); the spawner reports its counters with
+    each exit (:meth:`spawner_usage`): not being dumpable, it cannot be read from outside."""
 
     def __init__(self, cgroups, *, cpu_s, disk_bytes, processes):
         self.cgroups, self.cpu_limit, self.disk_limit, self.processes = cgroups, cpu_s, disk_bytes, processes
-        self._own_io = os.open("/proc/self/io", os.O_RDONLY | os.O_CLOEXEC)
-        self._own_stat = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
-        self._base_written = _io_written(self._own_io)
-        self._live_written = 0  # the live processes' share, as of the last full reading
+        self._base_written = _own()[0]
+        self._spawner = (None, 0, 0.0)  # its pid, bytes written and CPU seconds, as it last said
+        self._live_written = 0  # the other live processes' share, as of the last full reading
         self._cpu_tracked = cgroups is not None and cgroups.cpu_s() is not None
+        self._seen_refused = 0
         self.spent = None
+
+    def spawner_usage(self, pid, written, cpu_s):
+        self._spawner = (pid, written, cpu_s)
+
+    def spawner_gone(self):
+        """Its counts are the init's now (the init reaped it)."""
+        self._spawner = (None, 0, 0.0)
 
     def events(self):
         """``(OOM kills, forks refused)`` so far: a command compares them at its end."""
@@ -86,23 +106,25 @@ class Meter:
             return "processes"
         return None
 
+    def new_refusals(self):
+        """Whether the pids bound refused a fork since the last call (then every process
+        left running by earlier commands is suspect: a fork bomb's parent may be gone)."""
+        refused = self.events()[1]
+        fresh, self._seen_refused = refused > self._seen_refused, refused
+        return fresh
+
     def written(self, full):
         """Bytes written so far (``full``: the live processes read now, else as last read)."""
         if full:
-            self._live_written = sum(_io_written(f"/proc/{pid}/io") for pid in _live())
-        return _io_written(self._own_io) - self._base_written + self._live_written
+            self._live_written = sum(_io_written(pid) for pid in _live(self._spawner[0]))
+        return _own()[0] - self._base_written + self._spawner[1] + self._live_written
 
     def cpu_used(self, full):
         if self._cpu_tracked:
             return self.cgroups.cpu_s() or 0.0
-        total = _times(os.pread(self._own_stat, 1024, 0).decode(), children=True)
+        total = _own()[1] + self._spawner[2]
         if full:
-            for pid in _live():
-                try:
-                    with open(f"/proc/{pid}/stat") as handle:
-                        total += _times(handle.read(), children=False)
-                except (OSError, IndexError, ValueError):
-                    pass
+            total += sum(_cpu_of(pid) for pid in _live(self._spawner[0]))
         return total
 
     def check_life(self, full):
@@ -120,4 +142,4 @@ class Meter:
 
     def too_many_processes(self):
         """Without a pids cgroup (no event to read): whether the count is at the bound."""
-        return self.cgroups is None and len(_live()) + 1 >= self.processes
+        return self.cgroups is None and len(_live(None)) + 1 >= self.processes

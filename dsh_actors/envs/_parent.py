@@ -134,7 +134,10 @@ class WarmParent:
         self._process = process
         loop.call_soon_threadsafe(self._connect, ours)
         process.wait()
-        loop.call_soon_threadsafe(self._ended, ours)
+        try:
+            loop.call_soon_threadsafe(self._ended, ours)
+        except RuntimeError:
+            pass  # the loop is closed: the backend's process is ending, nothing waits on it
 
     def _connect(self, ours: socket.socket) -> None:
         ours.setblocking(False)

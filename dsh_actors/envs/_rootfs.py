@@ -89,13 +89,13 @@ class Root:
         self.tmpfs(self.stage, ROOT_TMPFS)
         for path in EMPTY_DIRS:
             os.makedirs(self.inside(path), exist_ok=True)
+        self.tmpfs(self.inside("/tmp"), f"size={tmp_mb}m,mode=1777")  # first: a read-only path may be in it
         for path in readonly:
             if os.path.islink(path):
                 os.symlink(os.readlink(path), self.inside(path))
             elif os.path.isdir(path):
                 os.makedirs(self.inside(path), exist_ok=True)
                 self.bind_tree(path, self.inside(path), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        self.tmpfs(self.inside("/tmp"), f"size={tmp_mb}m,mode=1777")
         self._dev(shm_mb)
         self.mount("proc", self.inside("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         os.makedirs(self.inside(workspace), exist_ok=True)

@@ -31,6 +31,7 @@ import time
 
 import msgpack
 
+import _walls
 import _wire
 from _files import PathRefused
 from _meter import WATCH_S
@@ -158,13 +159,8 @@ class Server:
         self.parked = self._reserve()  # the slot the spawner waits in
         self.next_watch = 0.0
         self.spawner = self.spawner_pid = None
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.wake = wake_r
-        self._watch(wake_r, _REAP, self._reap)
+        self.wake = _walls.watch_children()
+        self._watch(self.wake, _REAP, self._reap)
         listener.setblocking(False)
         self._watch(listener.fileno(), _CLIENT, self._accept)
 
@@ -217,11 +213,12 @@ class Server:
 
     def _measure(self):
         spent = self.meter.check_life(full=True)
+        if spent is not None or self.meter.new_refusals():
+            for slot in self.lingering:  # a fork bomb may have outlived the command that set it off
+                self.cgroups.kill_slot(slot)
         if spent is not None:
             for command in list(self.commands.values()):
                 self.kill(command, spent)
-            for slot in self.lingering:
-                self.cgroups.kill_slot(slot)
             return
         for command in list(self.commands.values()):
             bound = self.meter.event_bound(command.before)
@@ -333,18 +330,20 @@ class Server:
         command = Command(connection, request, next(self.numbers), slot, limit, time.monotonic() + timeout_s,
                           self.meter.events())
         read_end, write_end = os.pipe()
-        try:
-            socket.send_fds(self.spawner, [msgpack.packb(
-                {"n": command.number, "command": text, "slot": slot, "next": self.parked},
-                use_bin_type=True)], [write_end, folder])
-        finally:
-            os.close(write_end)
-            os.close(folder)
         os.set_blocking(read_end, False)
         command.pipe = read_end
         connection.commands[request] = command
         self.commands[command.number] = command
         self._watch(read_end, _OUTPUT, lambda mask, c=command: self._output(c))
+        try:
+            socket.send_fds(self.spawner, [msgpack.packb(
+                {"n": command.number, "command": text, "slot": slot, "next": self.parked},
+                use_bin_type=True)], [write_end, folder])
+        except OSError:
+            self._spawner_lost()  # it just died (the OOM killer, or a command): this command ends killed
+        finally:
+            os.close(write_end)
+            os.close(folder)
 
     def _spawner_event(self, _mask):
         try:
@@ -358,6 +357,7 @@ class Server:
             return
         message = msgpack.unpackb(data, raw=False)
         if "exit" in message:
+            self.meter.spawner_usage(self.spawner_pid, *message["usage"])
             command = self.by_pid.pop(message["exit"], None)
             if command is not None:
                 self._finish(command, message["status"])
@@ -390,7 +390,7 @@ class Server:
                 except OSError:
                     pass
             try:
-                Spawner(theirs, self.cgroups, self.env).run(self.parked)
+                Spawner(theirs, self.cgroups, self.env).run(self.parked, self.workspace.lib)
             finally:
                 os._exit(1)
         theirs.close()
@@ -399,10 +399,14 @@ class Server:
         self._watch(ours.fileno(), _SPAWNER, self._spawner_event)
 
     def _spawner_lost(self):
-        """The spawner died (a command killed it, or the OOM killer): its commands whose
-        pid it never told are failed, the rest the init reaps itself; another is forked."""
+        """The spawner died (a command killed it, or the OOM killer: it is in the bounded
+        cgroup, and a fork of the init looks big there): its commands whose pid it never
+        told end killed, the rest the init reaps itself; another is forked."""
+        if self.spawner.fileno() < 0:
+            return
         self._forget(self.spawner.fileno())
         self.spawner.close()
+        self.meter.spawner_gone()
         for command in list(self.commands.values()):
             if command.pid is None:
                 self.kill(command, command.bound)
@@ -432,18 +436,7 @@ class Server:
 
     def _reap(self, _mask):
         """``SIGCHLD``: reap the spawner, orphans, and commands whose spawner died."""
-        try:
-            while os.read(self.wake, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in _walls.ended_children(self.wake):
             command = self.by_pid.pop(pid, None)
             if command is not None:
                 self._finish(command, status)

@@ -19,10 +19,12 @@ Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
 
     init -> {"n", "command", "slot", "next"} + fds [output pipe, working folder]
     spawner -> {"n", "pid"} | {"n", "errno"}         at once
-    spawner -> {"exit": pid, "status": wait status}  when the command's bash ends
+    spawner -> {"exit": pid, "status": wait status, "usage": [bytes written, CPU seconds]}
+                                                     when the command's bash ends
 """
 
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -30,12 +32,23 @@ import threading
 
 import msgpack
 
+import _confine
+import _walls
+
 BASH = "/bin/bash"
 
 RESET_SIGNALS = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
 """Signals a command starts with at their default action: Python ignores ``SIGPIPE`` and
 ``SIGXFSZ``, and an ignored signal stays ignored across ``exec`` (``yes | head`` would never
 end, and a file over its size cap would not stop its writer)."""
+
+
+def _usage():
+    """What the spawner's reaped children used, as the kernel adds it to their reaper: bytes
+    written to storage and CPU seconds. The init cannot read them (the spawner is not
+    dumpable), so each exit carries them."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return [children.ru_oublock * 512, children.ru_utime + children.ru_stime]
 
 
 class Spawner:
@@ -76,38 +89,24 @@ class Spawner:
             self.parking = threading.Thread(target=self._park, args=(following,), daemon=True)
             self.parking.start()
 
-    def reap(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self._send({"exit": pid, "status": status})
+    def reap(self, wake):
+        for pid, status in _walls.ended_children(wake):
+            self._send({"exit": pid, "status": status, "usage": _usage()})
 
-    def run(self, first_slot):
+    def run(self, first_slot, lib):
         """The spawner's life; it ends (the process exits) when the init's end closes."""
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        _confine.retitle(lib, "dsh-envs-spawner")
+        wake = _walls.watch_children()
         if self.cgroups is not None:
             self.cgroups.join_box()
             self._park(first_slot)
         selector = selectors.DefaultSelector()
         selector.register(self.sock, selectors.EVENT_READ, "request")
-        selector.register(wake_r, selectors.EVENT_READ, "children")
+        selector.register(wake, selectors.EVENT_READ, "children")
         while True:
             for key, _ in selector.select():
                 if key.data == "children":
-                    try:
-                        while os.read(wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    self.reap()
+                    self.reap(wake)
                     continue
                 data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 2)
                 if not data:

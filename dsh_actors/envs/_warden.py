@@ -26,6 +26,7 @@ import signal
 import socket
 
 import _cgroups
+import _confine
 import _init
 import _walls
 
@@ -52,6 +53,7 @@ def _listeners(channel, init_pidfd):
 def main(config, env, *, zygote, status, listener, uid, uid_lock, program):
     """The warden's life (see the module docs); never returns."""
     lib = _walls.libc(config["sonames"])
+    _confine.retitle(lib, "dsh-envs-warden")
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _walls.orphan_guard(zygote)

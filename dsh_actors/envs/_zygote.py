@@ -40,7 +40,6 @@ import gc  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import selectors  # noqa: E402
-import signal  # noqa: E402
 import socket  # noqa: E402
 
 import landlockpy  # noqa: E402
@@ -107,7 +106,7 @@ class Zygote:
         self.program = _confine.compile_filter() if "seccomp" in CONFIG["mechanisms"] else b""
         self.next_uid = random.randrange(ENV_UIDS[1])
         self.selector = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe()
+        self.wake = None
 
     def send(self, message, fds=()):
         socket.send_fds(self.control, [msgpack.packb(message, use_bin_type=True)], list(fds))
@@ -147,7 +146,7 @@ class Zygote:
             return
         if pid == 0:
             try:
-                for fd in (self.control.fileno(), self.wake_r, self.wake_w, self.selector.fileno()):
+                for fd in (self.control.fileno(), self.wake, self.selector.fileno()):
                     os.close(fd)
                 ours.close()
                 _warden.main(CONFIG, env, zygote=zygote, status=theirs, listener=listener, uid=uid,
@@ -166,12 +165,9 @@ class Zygote:
             ours.close()
 
     def serve(self):
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.wake = _walls.watch_children()
         self.selector.register(self.control, selectors.EVENT_READ, "control")
-        self.selector.register(self.wake_r, selectors.EVENT_READ, "children")
+        self.selector.register(self.wake, selectors.EVENT_READ, "children")
         self.send({"op": "ready", "pid": os.getpid()})
         while True:
             for key, _ in self.selector.select():
@@ -183,29 +179,14 @@ class Zygote:
                     if request.get("op") == "start":
                         self.start(request)
                 else:
-                    try:
-                        while os.read(self.wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    self.reap()
-
-    @staticmethod
-    def reap():
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+                    _walls.ended_children(self.wake)  # wardens: nothing to say about them
 
 
 def main():
     if CONFIG.get("probe"):
         sys.stdout.write(json.dumps(probe()))
         return
-    _walls.libc(CONFIG["sonames"])
+    _confine.retitle(_walls.libc(CONFIG["sonames"]), "dsh-envs-parent")
     _walls.orphan_guard(CONFIG["host_pid"])  # the backend's process dies: so do we
     control = socket.socket(fileno=CONFIG["control_fd"])
     zygote = Zygote(control)

@@ -143,6 +143,9 @@ class NativeBackend:
         unknown = set(self.allow_missing) - set(MECHANISMS)
         if unknown:
             raise ValueError(f"unknown walls {sorted(unknown)}; known: {list(MECHANISMS)}")
+        if set(self.allow_missing) & set(ESSENTIAL):
+            raise ValueError(f"no environment goes without {sorted(set(self.allow_missing) & set(ESSENTIAL))}; "
+                             f"allow_missing may name {[m for m in MECHANISMS if m not in ESSENTIAL]}")
         if isinstance(max_starting, bool) or not isinstance(max_starting, int) or max_starting < 1:
             raise ValueError(f"max_starting is a whole number, at least 1; got {max_starting!r}")
         self.readonly = tuple(os.path.normpath(p) for p in readonly)
