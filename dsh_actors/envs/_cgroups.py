@@ -1,9 +1,9 @@
 """The cgroups of environments: where they go, what bounds them, how they are emptied.
 
 Imported by the backend (as ``dsh_actors.envs._cgroups``: finding the hierarchies, making
-and removing its parents, reaping) and by each environment's init (as a top-level module,
-in the environment: making, joining and reading its own), so it imports only the standard
-library.
+and removing its parents, reaping), by each environment's warden (making its cgroups) and
+init and spawner (using them, by descriptor), the last three as a top-level module, so it
+imports only the standard library.
 
 **Hierarchies and roles.** A host mounts cgroup v2 (one hierarchy), v1 (one per controller
 set) or both (hybrid, like these machines: v1 ``memory`` and ``pids``, and a v2 hierarchy
@@ -20,17 +20,19 @@ track      one cgroup per running command: a wall or a     v2 (``cgroup.kill``),
 cpu        CPU seconds used over the environment's life    v2 ``cpu.stat``, else v1 cpuacct
 =========  ==============================================  ======================
 
-**One environment**, in each hierarchy (made by its init while still root)::
+**One environment**, in each hierarchy (made by its warden, :func:`make_env`)::
 
-    <parent>/e<k>/            the cgroup namespace's root; owned by the env's uid where
-    │                         a move needs it (cgroup v2: moves need the common ancestor)
-    ├── init/                 the init's home: outside every bound
-    └── box/                  the bounds (memory, pids); commands run here
-        └── c<j>/             (track) one per command slot, made by the init as needed
+    <parent>/e<k>/            cgroup.procs owned by the env's uid where the spawner moves
+    │                         below it (cgroup v2 lets a process move only below a common
+    │                         ancestor it may write)
+    ├── init/                 (track) the init's home, outside every bound; elsewhere the
+    │                         init stays in the warm parent's cgroups
+    └── box/                  the bounds (memory, pids); the spawner lives here
+        └── c<j>/             (track) one per command slot, made by the spawner as needed
 
-The init moves itself into the command's cgroups just before spawning it and back right
-after (four writes of about 5 µs on these machines), so every process a command starts
-is born inside them, and the init's own memory is never what the memory bound kills.
+No cgroup move is on a command's path: the spawner parks in the next command's slot ahead
+of it (:mod:`_spawner`), and the command is born there. A move is a few µs, but the first
+one after an idle spell waits for an RCU grace period (about 8 ms on these machines).
 """
 
 import os

@@ -1,23 +1,29 @@
 """An environment's init: PID 1 of its PID namespace, walled in, then serving.
 
 Forked by the environment's warden (``_warden.py``) right after it unshared the PID
-namespace; a top-level module of the trusted processes. In order, while still privileged
-(root of the host, or of the warden's user namespace):
+namespace, while both wait as a spare in the warm parent; a top-level module of the trusted
+processes. In order, while still privileged (root of the host, or of the warden's user
+namespace):
 
-1. new mount, network, IPC and UTS namespaces (those the host has and was not excused);
-2. the network its egress allows (``_egress.configure``; the listeners go to the warden);
-3. its root (``_rootfs.Root``); on a root host the workspace handed to the environment's uid;
-4. its cgroups, which the warden made meanwhile (``_cgroups.make_env``, in parallel: it
-   sends their folders' descriptors, then moves the init to its home, outside the bounds);
-5. rlimits, then the drop (``_confine``): the uid, no capabilities, no_new_privs, the
+0. as a spare: new mount, network, IPC and UTS namespaces (those the host has and was not
+   excused), and the part of its root every environment has (``Root.prepare``); then it
+   waits for its assignment (the environment's spec, status socket and listening socket);
+1. the network its egress allows (``_egress.configure``; the listeners go to the warden);
+2. the rest of its root (``Root.complete``); on a root host the workspace handed to the
+   environment's uid (each environment has one: the warm parent claims it);
+3. its cgroups, which the warden made meanwhile (``_cgroups.make_env``, in parallel: it
+   sends their folders' descriptors; once ready, the init asks it to move it home, outside
+   the bounds, so that move is never on a start's path);
+4. rlimits, then the drop (``_confine``): the uid, no capabilities, no_new_privs, the
    parent-death signal again (a uid change clears it), Landlock, seccomp;
-6. ``ready`` on the status socket, and the server (``_server.Server``) until the end; its
+5. ``ready`` on the status socket, and the server (``_server.Server``) until the end; its
    first act is to fork the spawner (``_spawner``), where commands are born.
 
 Any failure on the way is reported on the status socket (``failed: ...``) and ends it.
 """
 
 import ctypes
+import json
 import os
 import select
 import signal
@@ -103,26 +109,44 @@ def _cgroup_folders(channel):
     return fds
 
 
-def main(config, env, *, status, alive_fd, listener, channel, uid, program):
+def _assignment(channel, alive_fd):
+    """Wait, as a spare, for the environment it becomes: ``(env, status, listener)`` from
+    the warden, or the end (the warden died)."""
+    readable, _, _ = select.select([channel, alive_fd], [], [])
+    if channel not in readable:
+        os._exit(SETUP_FAILED)
+    data, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
+    if len(fds) != 2:
+        os._exit(SETUP_FAILED)
+    return json.loads(data), socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1])
+
+
+def main(config, *, alive_fd, channel, program):
     """The init's life (see the module docs); never returns. ``channel``: a socket to the
-    warden, which sends the cgroups (made meanwhile) and takes the egress listeners."""
+    warden, which sends the assignment, then the cgroups (made meanwhile), and takes the
+    egress listeners and the request to move home."""
     lib = _walls.libc(config["sonames"])
     _confine.retitle(lib, "dsh-envs-init")
     _die_with_warden(lib, alive_fd)
     mechanisms, host_root = set(config["mechanisms"]), config["host_root"]
-    try:
+    root = Root(lib, config["stage"])
+    try:  # as a spare: what every environment of this backend has
         if lib.unshare(_unshare_flags(mechanisms)) != 0:
             raise _walls.SetupError(f"unshare: {os.strerror(ctypes.get_errno())}")
         if "utsns" in mechanisms:
             lib.sethostname(b"env", 3)
+        root.prepare(readonly=config["readonly"], shm_mb=config["shm_mb"])
+    except BaseException:  # noqa: BLE001 - the warden reports it when the spare is asked for
+        os._exit(SETUP_FAILED)
+    env, status, listener = _assignment(channel, alive_fd)
+    uid = env["uid"]
+    try:
         listeners, names = _egress.configure(env["egress"]) if "netns" in mechanisms else ([], "")
         files = _identity(uid if host_root else INSIDE_ID)
         if names:
             files["/etc/hosts"] = _hosts(names)
         workspace_path = env["workspace"]
-        Root(lib, config["stage"]).build(readonly=config["readonly"], workspace=workspace_path,
-                                         tmp_mb=env["tmp_mb"], shm_mb=config["shm_mb"], hidden=env["hidden"],
-                                         files=files)
+        root.complete(workspace=workspace_path, tmp_mb=env["tmp_mb"], hidden=env["hidden"], files=files)
         if host_root:
             _chown_tree(workspace_path, uid)
         workspace = Workspace(lib, workspace_path)
@@ -134,8 +158,6 @@ def main(config, env, *, status, alive_fd, listener, channel, uid, program):
         cgroups = None
         if config["cgroups"]:
             cgroups = _cgroups.EnvCgroups(config["cgroups"], _cgroup_folders(channel))
-        else:
-            channel.close()
         meter = Meter(cgroups, cpu_s=env["cpu_s"], disk_bytes=env["disk_bytes"], processes=env["processes"])
         _confine.set_limits(file_bytes=env["disk_bytes"], processes=env["processes"] + 2,
                             memory_bytes=None if cgroups is not None else env["memory_bytes"])
@@ -144,13 +166,13 @@ def main(config, env, *, status, alive_fd, listener, channel, uid, program):
         _confine.drop_privileges(lib, uid if host_root else None)
         _die_with_warden(lib, alive_fd)
         if "landlock" in mechanisms:
-            _confine.landlock(writable=(workspace_path, "/tmp", "/dev/shm"),
+            _confine.landlock(lib, writable=(workspace_path, "/tmp", "/dev/shm"),
                               extra_writable_fds=cgroups.writable_dirs() if cgroups is not None else (),
                               tcp_ports=None if "netns" in mechanisms else _egress.ports(env["egress"]))
         if "seccomp" in mechanisms:
             _confine.load_filter(lib, program)
         server = Server(listener=listener, secret=env["secret"], env_id=env["env_id"], workspace=workspace,
-                        cgroups=cgroups, meter=meter, warden=channel if cgroups is not None else None,
+                        cgroups=cgroups, meter=meter, warden=channel,
                         env={"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", **dict(env["env"])})
     except BaseException as exc:  # noqa: BLE001 - whatever failed, it is reported and the init ends
         try:

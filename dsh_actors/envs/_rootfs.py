@@ -1,7 +1,9 @@
 """An environment's root: the host's system read-only, its workspace, and nothing else.
 
-Run by the environment's init, still privileged, just after it unshared its mount namespace
-(and as PID 1 of its own PID namespace, for ``/proc``). The root is built on an empty tmpfs
+Run by the environment's init, still privileged, in the mount namespace it unshared (and as
+PID 1 of its own PID namespace, for ``/proc``): what every environment has while it waits
+as a spare (:meth:`Root.prepare`), the rest once it is asked for (:meth:`Root.complete`).
+The root is built on an empty tmpfs
 from an allow-list, never by hiding parts of the host's: what is not listed does not exist
 inside (the host's ``/tmp`` with Ray's session folder and every other workspace,
 ``/var/tmp``, ``/run``, ``/root``, ``/home``, ``/mnt``, ``/sys``, the host's ``/dev`` and
@@ -83,13 +85,14 @@ class Root:
         finally:
             os.close(tree)
 
-    def build(self, *, readonly, workspace, tmp_mb, shm_mb, hidden, files):
-        """Everything in the module docs, then pivot into it."""
+    def prepare(self, *, readonly, shm_mb):
+        """What every environment of the backend has, made before one is asked for (a
+        spare's init does it): the root tmpfs, ``/tmp``, the host's system, ``/dev``, ``/proc``."""
         self.mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates back to the host
         self.tmpfs(self.stage, ROOT_TMPFS)
         for path in EMPTY_DIRS:
             os.makedirs(self.inside(path), exist_ok=True)
-        self.tmpfs(self.inside("/tmp"), f"size={tmp_mb}m,mode=1777")  # first: a read-only path may be in it
+        self.tmpfs(self.inside("/tmp"), "size=1m,mode=1777")  # first: a read-only path may be in it; sized later
         for path in readonly:
             if os.path.islink(path):
                 os.symlink(os.readlink(path), self.inside(path))
@@ -98,6 +101,11 @@ class Root:
                 self.bind_tree(path, self.inside(path), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         self._dev(shm_mb)
         self.mount("proc", self.inside("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+    def complete(self, *, workspace, tmp_mb, hidden, files):
+        """What makes it this environment's: its ``/tmp`` size, its workspace, the paths it
+        hides, its files over ``/etc``; then the pivot."""
+        self.mount(None, self.inside("/tmp"), None, MS_REMOUNT | MS_NOSUID | MS_NODEV, f"size={tmp_mb}m,mode=1777")
         os.makedirs(self.inside(workspace), exist_ok=True)
         self.bind_tree(workspace, self.inside(workspace), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         for path in hidden:

@@ -43,8 +43,9 @@ HELLO_BYTES = 4096
 READ_BYTES = 1 << 16
 
 WARDEN_TIMEOUT_S = 30.0
-"""How long the init waits for its warden to move it into its cgroup home (milliseconds,
-normally); past it, something is wrong and the environment ends."""
+"""How long the init waits for its warden to move it into its cgroup home: asked once the
+environment is ready, so the first cgroup move (after an idle spell it waits for an RCU
+grace period, ~8 ms here) is never on a start's path; past it, the environment ends."""
 
 # events are handled in this order within one wake-up: finishing commands before starting
 # new ones keeps the slowest of 32 concurrent commands close to the median
@@ -178,15 +179,16 @@ class Server:
             pass
 
     def serve(self):
-        if self.warden is not None:  # the spawner may enter the cgroups once the init is home
+        if self.cgroups is not None:  # the spawner may enter the cgroups once the init is home
             self.warden.settimeout(WARDEN_TIMEOUT_S)
             try:
+                self.warden.send(b"move")
                 moved = self.warden.recv(4096)
             except OSError:
                 moved = b""
             if moved != b"moved":
                 os._exit(1)  # the owner sees the environment end, and releases it
-            self.warden.close()
+        self.warden.close()
         self._fork_spawner()
         while True:
             events = self.epoll.poll(self._timeout())

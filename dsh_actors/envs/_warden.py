@@ -1,25 +1,28 @@
 """An environment's warden: the trusted process in the host's namespaces that holds it.
 
-Forked by the warm parent (``_zygote.py``) for each environment; a top-level module of the
-trusted processes. It unshares a PID namespace (and, on an ordinary-user host, first a
+Forked by the warm parent (``_zygote.py``) ahead of need, as a spare; a top-level module of
+the trusted processes. It unshares a PID namespace (and, on an ordinary-user host, first a
 user namespace mapping uid 1000 to the backend's uid), forks the environment's init into
-it (``_init.py``) and then:
+it (``_init.py``; it prepares what every environment has), and waits. Once the warm parent
+assigns it an environment (its spec, status socket, listening socket, and on a root host
+the lock on its uid) it:
 
-- sends the backend a pidfd of the init on the environment's status socket (the backend
-  kills the init by it, and learns from it when every process of the environment is gone);
-- makes the environment's cgroups while the init builds its root, and sends it their
-  folders (``_cgroups.make_env``);
+- hands the init its assignment, and the backend a pidfd of the init on the status socket
+  (the backend kills the init by it, and learns from it when every process is gone);
+- makes the environment's cgroups while the init completes its root, sends it their
+  folders (``_cgroups.make_env``), and moves it into its home there when it asks (ready);
 - forwards the egress destinations, when the environment has some (``_forward``): it stays
   in the host's network namespace for that;
 - waits for the init to end, removes the environment's cgroups, and exits.
 
 It dies with the warm parent (parent-death signal) and the init dies with it (the same),
 and with the init every process of the environment (the kernel ends a PID namespace whose
-init exits). On a root host it also holds, while it lives, the lock on the environment's
-uid, so no other environment on the node gets it meanwhile.
+init exits). On a root host it holds, while it lives, the lock on the environment's uid, so
+no other environment on the node gets that uid meanwhile.
 """
 
 import ctypes
+import json
 import os
 import select
 import signal
@@ -39,18 +42,59 @@ def _map_ids(uid, gid):
             handle.write(text)
 
 
-def _listeners(channel, init_pidfd):
-    """The listening sockets the init made for the egress destinations, once it sends them
-    (or ``[]`` if it ended first)."""
+def _next(channel, init_pidfd):
+    """The next message the init sends (with its descriptors), or ``None`` once it ended."""
     readable, _, _ = select.select([channel, init_pidfd], [], [])
     if channel not in readable:
-        return []
+        return None
     data, fds, _, _ = socket.recv_fds(channel, 65536, 256)
+    return data, fds
+
+
+def _listeners(message):
+    """The listening sockets the init made for the egress destinations."""
+    if message is None:
+        return []
+    data, fds = message
     destinations = [d.rpartition(":") for d in data.decode().split(";") if d]
     return [(socket.socket(fileno=fd), host, int(port)) for fd, (host, _, port) in zip(fds, destinations)]
 
 
-def main(config, env, *, zygote, status, listener, uid, uid_lock, program):
+def _spare(config, zygote, program):
+    """Become a spare: a PID namespace with the init preparing in it. Returns the init's
+    pid and pidfd, and the warden's ends of the init's pipes."""
+    lib = _walls.libc(config["sonames"])
+    flags = _walls.CLONE_NEWPID if config["host_root"] else _walls.CLONE_NEWPID | _walls.CLONE_NEWUSER
+    if lib.unshare(flags) != 0:
+        raise _walls.SetupError(f"unshare(pid): {os.strerror(ctypes.get_errno())}")
+    if not config["host_root"]:
+        _map_ids(*config["owner_ids"])
+        _walls.orphan_guard(zygote)  # a change of credentials may have cleared the signal
+    alive_r, alive_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    init = os.fork()
+    if init == 0:
+        os.close(alive_w)
+        ours.close()
+        _init.main(config, alive_fd=alive_r, channel=theirs, program=program)
+        os._exit(_init.SETUP_FAILED)
+    os.close(alive_r)
+    theirs.close()
+    return init, os.pidfd_open(init), ours, alive_w
+
+
+def _assigned(control, init_pidfd):
+    """The environment the warm parent assigns: ``(env, status, listener, uid lock)``."""
+    readable, _, _ = select.select([control, init_pidfd], [], [])
+    if control not in readable:
+        os._exit(_init.SETUP_FAILED)  # the spare's init died preparing: the warm parent makes another
+    data, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+    if not data:
+        os._exit(0)  # the warm parent ended
+    return json.loads(data), socket.socket(fileno=fds[0]), fds[1], fds[2] if len(fds) > 2 else None
+
+
+def main(config, *, zygote, control, program):
     """The warden's life (see the module docs); never returns."""
     lib = _walls.libc(config["sonames"])
     _confine.retitle(lib, "dsh-envs-warden")
@@ -58,48 +102,30 @@ def main(config, env, *, zygote, status, listener, uid, uid_lock, program):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _walls.orphan_guard(zygote)
     try:
-        if config["host_root"]:
-            flags = _walls.CLONE_NEWPID
-        else:
-            flags = _walls.CLONE_NEWPID | _walls.CLONE_NEWUSER
-        if lib.unshare(flags) != 0:
-            raise _walls.SetupError(f"unshare(pid): {os.strerror(ctypes.get_errno())}")
-        if not config["host_root"]:
-            _map_ids(*config["owner_ids"])
-            _walls.orphan_guard(zygote)  # a change of credentials may have cleared the signal
-    except (OSError, _walls.SetupError) as exc:
-        status.send(f"failed: {exc}".encode())
+        init, init_pidfd, channel, _alive = _spare(config, zygote, program)
+    except (OSError, _walls.SetupError):
         os._exit(_init.SETUP_FAILED)
-    alive_r, alive_w = os.pipe()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    init = os.fork()
-    if init == 0:
-        os.close(alive_w)
-        ours.close()
-        if uid_lock is not None:
-            os.close(uid_lock)  # the lock lives as long as the warden
-        _init.main(config, env, status=status, alive_fd=alive_r, listener=listener, channel=theirs, uid=uid,
-                   program=program)
-        os._exit(_init.SETUP_FAILED)
-    os.close(alive_r)
-    listener.close()
-    theirs.close()
-    init_pidfd = os.pidfd_open(init)
+    env, status, listener, uid_lock = _assigned(control, init_pidfd)
+    control.close()
+    socket.send_fds(channel, [json.dumps(env).encode()], [status.fileno(), listener])
+    os.close(listener)
     socket.send_fds(status, [b"init"], [init_pidfd])
-    if config["cgroups"]:  # while the init builds its root
+    if config["cgroups"]:  # while the init completes its root
         try:
             folders = _cgroups.make_env(config["cgroups"], env["name"], memory_bytes=env["memory_bytes"],
-                                        tasks=env["processes"], uid=uid)
-            socket.send_fds(ours, [b"cgroups"], folders)
-            # the first cgroup move after an idle spell waits for an RCU grace period (~8 ms
-            # here): made now, it overlaps the init's setup instead of delaying its start
-            _cgroups.move_home(config["cgroups"], env["name"], init)
-            ours.send(b"moved")
+                                        tasks=env["processes"], uid=env["uid"])
+            socket.send_fds(channel, [b"cgroups"], folders)
         except OSError as exc:
-            ours.send(f"{exc}".encode())
+            channel.send(f"{exc}".encode())
     forwarding = not isinstance(env["egress"], str) and "netns" in config["mechanisms"]
-    listeners = _listeners(ours, init_pidfd) if forwarding else []
-    ours.close()
+    listeners = _listeners(_next(channel, init_pidfd)) if forwarding else []
+    if config["cgroups"] and _next(channel, init_pidfd) is not None:  # the init is ready: home, now
+        try:
+            _cgroups.move_home(config["cgroups"], env["name"], init)
+            channel.send(b"moved")
+        except OSError as exc:
+            channel.send(f"{exc}".encode())
+    channel.close()
     if listeners:
         import _forward  # noqa: PLC0415 - only here (see its docs)
 

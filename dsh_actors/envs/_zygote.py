@@ -11,9 +11,10 @@ that (a forked child then copies fewer pages), and waits. For each ``start`` it:
    the first free one from a random place in :data:`ENV_UIDS`, held by the warden while it
    lives, so two environments on the node never share one, whichever backend made them;
 2. binds the environment's socket (in the backend's 0700 folder) and listens;
-3. forks the environment's warden (``_warden.py``), which does the rest;
+3. hands all that to a spare (:data:`SPARES`: a warden, ``_warden.py``, forked ahead with
+   its init, which already built what every environment has), which does the rest;
 4. answers the backend with the warden's pidfd and the backend's end of the environment's
-   status socket.
+   status socket, then forks the next spare once no request waits.
 
 It dies with the backend's process (the parent-death signal of the thread that started
 it, and a check that it is still there), and every warden dies with it.
@@ -100,6 +101,13 @@ def probe():
     return {name: why for name, why in report.items() if why is not None}
 
 
+SPARES = 2
+"""Environments kept forked and prepared ahead of the next starts (a warden and its init
+each: two idle processes, a few MB). A start takes one and only completes it; the warm
+parent forks the replacement once no request waits. Starts in a burst past the spares
+wait for those forks (about 1 ms of this process each on these machines)."""
+
+
 class Zygote:
     def __init__(self, control):
         self.control = control
@@ -107,6 +115,7 @@ class Zygote:
         self.next_uid = random.randrange(ENV_UIDS[1])
         self.selector = selectors.DefaultSelector()
         self.wake = None
+        self.spares = []  # (warden pid, the warm parent's end of its control socket)
 
     def send(self, message, fds=()):
         socket.send_fds(self.control, [msgpack.packb(message, use_bin_type=True)], list(fds))
@@ -125,39 +134,57 @@ class Zygote:
                 os.close(fd)
         raise RuntimeError("every environment uid is held by a live environment")
 
-    def start(self, request):
-        env, number = request["env"], request["n"]
-        uid, uid_lock = self.claim_uid() if CONFIG["host_root"] else (None, None)
-        held = [] if uid_lock is None else [uid_lock]
-        try:
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            held.append(listener)
-            listener.bind(env["socket"])
-            os.chmod(env["socket"], 0o600)
-            listener.listen(128)
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            held += [ours, theirs]
-            zygote = os.getpid()
-            pid = os.fork()
-        except Exception as exc:  # noqa: BLE001 - reported to the backend
-            for item in held:
-                item.close() if hasattr(item, "close") else os.close(item)
-            self.send({"op": "failed", "n": number, "error": f"{type(exc).__name__}: {exc}"})
-            return
+    def fork_spare(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        zygote = os.getpid()
+        pid = os.fork()
         if pid == 0:
             try:
-                for fd in (self.control.fileno(), self.wake, self.selector.fileno()):
+                for fd in (self.control.fileno(), self.wake, self.selector.fileno(),
+                           *(s.fileno() for _, s in self.spares)):
                     os.close(fd)
                 ours.close()
-                _warden.main(CONFIG, env, zygote=zygote, status=theirs, listener=listener, uid=uid,
-                             uid_lock=uid_lock, program=self.program)
+                _warden.main(CONFIG, zygote=zygote, control=theirs, program=self.program)
             finally:
                 os._exit(_walls.SETUP_FAILED)
-        for item in (listener, theirs):
-            item.close()
-        if uid_lock is not None:
-            os.close(uid_lock)
-        pidfd = os.pidfd_open(pid)
+        theirs.close()
+        self.spares.append((pid, ours))
+
+    def assign(self, env, fds):
+        """Hand ``env`` to a spare (one made now if none is left alive): its warden's pid."""
+        while True:
+            if not self.spares:
+                self.fork_spare()
+            pid, control = self.spares.pop(0)
+            try:
+                socket.send_fds(control, [json.dumps(env).encode()], fds)
+                return pid
+            except OSError:
+                continue  # it died preparing: the next one
+            finally:
+                control.close()
+
+    def start(self, request):
+        env, number = request["env"], request["n"]
+        held = []
+        try:
+            uid, uid_lock = self.claim_uid() if CONFIG["host_root"] else (None, None)
+            if uid_lock is not None:
+                held.append(uid_lock)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(listener.detach())
+            os.set_inheritable(held[-1], False)
+            _bind(held[-1], env["socket"])
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            held.append(theirs.detach())
+            pid = self.assign({**env, "uid": uid}, [held[-1], held[-2], *([uid_lock] if uid_lock is not None else [])])
+            pidfd = os.pidfd_open(pid)
+        except Exception as exc:  # noqa: BLE001 - reported to the backend
+            self.send({"op": "failed", "n": number, "error": f"{type(exc).__name__}: {exc}"})
+            return
+        finally:
+            for fd in held:
+                os.close(fd)
         try:
             self.send({"op": "started", "n": number, "pid": pid, "uid": uid}, (pidfd, ours.fileno()))
         finally:
@@ -170,7 +197,10 @@ class Zygote:
         self.selector.register(self.wake, selectors.EVENT_READ, "children")
         self.send({"op": "ready", "pid": os.getpid()})
         while True:
-            for key, _ in self.selector.select():
+            events = self.selector.select(0 if len(self.spares) < SPARES else None)
+            if not events:
+                self.fork_spare()  # nothing waits: make the next start's spare now
+            for key, _ in events:
                 if key.data == "control":
                     data = self.control.recv(1 << 20)
                     if not data:
@@ -180,6 +210,17 @@ class Zygote:
                         self.start(request)
                 else:
                     _walls.ended_children(self.wake)  # wardens: nothing to say about them
+
+
+def _bind(fd, path):
+    """Bind and listen on ``path``, a unix socket only the backend's user may open."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(fd))
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(128)
+    finally:
+        sock.close()
 
 
 def main():

@@ -2,20 +2,31 @@
 
 Processes, and who kills what::
 
-    backend's process ── NativeBackend (this module), any event loop
-    │   └─ keeper thread ── warm parent (_zygote.py; dies with this process: PDEATHSIG)
-    │                        └─ warden, one per environment (_warden.py; host namespaces;
-    │                           dies with the warm parent; forwards egress; holds the uid)
-    │                           └─ init = PID 1 of the environment (_init.py, _server.py;
-    │                              dies with the warden; when it exits, the kernel kills
-    │                              every process in its PID namespace)
-    │                              └─ bash -c … and all it starts (in the env's cgroups)
-    any process of the node ── connect(address) ─── unix socket ──→ that init
+    backend's process ── NativeBackend (this module), on one event loop
+    │   └─ keeper thread ── warm parent (_zygote.py: pre-imported; dies with this process,
+    │                        │ by the parent-death signal of the thread that started it)
+    │                        └─ warden, one per environment (_warden.py: the host's mount and
+    │                           │ network namespaces; dies with the warm parent; makes the
+    │                           │ cgroups, forwards egress, holds the uid's lock)
+    │                           └─ init = PID 1 of the environment (_init.py, _server.py:
+    │                              │ dies with the warden; when it exits, the kernel kills
+    │                              │ every process in its PID namespace)
+    │                              └─ spawner (_spawner.py: in the bounded cgroup)
+    │                                 └─ bash -c …, and all it starts (the command's slot)
+    any process of the node ── connect(address) ── unix socket ──→ that init
 
-An environment is ready in a few milliseconds (the warm parent has imported everything;
-the init builds the root, drops its privileges and listens). A command is one message to
-its init, which ``posix_spawn``\\ s it already walled (see :mod:`._server`). The walls, and
-which of them the kernel enforces and which are measured, are described in
+Descriptors: the backend holds, per environment, a pidfd of its warden and of its init and
+one end of its status socket (``init`` then ``ready``, or ``failed: why``; its end of file
+is the environment's); the init holds the listening socket (in the backend's 0700 folder),
+its clients' connections, the workspace and its cgroup folders; the spawner, its socket
+pair with the init; commands, a pipe for their output and nothing else.
+
+Starting is completing a spare: the warm parent keeps two (warden, init) pairs forked and
+prepared (namespaces, the read-only system, ``/dev``, ``/proc``); a start claims a uid,
+binds the socket, and hands them to one, whose init finishes the root, drops its privileges
+and listens. A command is one message to the init, which hands it to the spawner, parked in
+the command's cgroups: ``posix_spawn`` there, already walled (see :mod:`._server`). The
+walls, and which of them the kernel enforces and which are measured, are described in
 :mod:`._rootfs` (files), :mod:`._confine` (uid, capabilities, no_new_privs, Landlock,
 seccomp), :mod:`._egress` (network), :mod:`._cgroups` and :mod:`._meter` (bounds).
 

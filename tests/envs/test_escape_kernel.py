@@ -53,13 +53,19 @@ def test_the_inits_root_environment_and_descriptors_are_off_limits(envs, env):
 
 
 def test_writes_to_proc_sys_are_refused_and_the_host_is_unchanged(envs, env):
-    before = Path("/proc/sys/kernel/hostname").read_text(), Path("/proc/sys/vm/swappiness").read_text()
-    for attempt in ("echo 1 > /proc/sys/vm/drop_caches", "echo pwned > /proc/sys/kernel/hostname",
-                    "echo 0 > /proc/sys/vm/swappiness", "sysctl -w kernel.hostname=pwned", "echo b > /proc/sysrq-trigger",
-                    "hostname pwned"):
-        assert envs.sh(env, attempt).exit_code != 0, attempt
-    assert (Path("/proc/sys/kernel/hostname").read_text(), Path("/proc/sys/vm/swappiness").read_text()) == before
-    assert envs.sh(env, "hostname").output == b"env\n"
+    """Each attempt would be harmless had it worked (a sysrq help line, a swappiness one off)."""
+    swappiness = Path("/proc/sys/vm/swappiness")
+    before = swappiness.read_text()
+    try:
+        for attempt in ("echo 1 > /proc/sys/vm/drop_caches", f"echo {int(before) ^ 1} > /proc/sys/vm/swappiness",
+                        f"sysctl -w vm.swappiness={int(before) ^ 1}", "echo h > /proc/sysrq-trigger",
+                        "echo pwned > /proc/sys/kernel/hostname", "hostname pwned"):
+            assert envs.sh(env, attempt).exit_code != 0, attempt
+        assert swappiness.read_text() == before
+        assert envs.sh(env, "hostname").output == b"env\n"
+    finally:
+        if swappiness.read_text() != before:
+            swappiness.write_text(before)
 
 
 def test_dev_holds_only_harmless_devices_and_mknod_is_refused(envs, env):

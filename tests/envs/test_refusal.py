@@ -52,9 +52,11 @@ def test_the_operator_may_excuse_a_missing_wall_explicitly(loop, tmp_path, host)
 
 
 def test_missing_cgroups_are_refused_unless_excused(loop, tmp_path, monkeypatch):
-    monkeypatch.setattr(_cgroups, "make_parents", lambda tag: ([], {"memory": "cannot make a cgroup: Permission denied"}))
+    lacking = {"memory": "cannot make a cgroup: Permission denied"}
+    monkeypatch.setattr(_cgroups, "make_parents", lambda tag: ([], lacking))
     backend = NativeBackend()
-    with pytest.raises(EnvironmentUnavailableError, match=r"cgroups \(memory: cannot make a cgroup.*allow_missing=\('cgroups',\)"):
+    with pytest.raises(EnvironmentUnavailableError,
+                       match=r"cgroups \(memory: cannot make a cgroup.*allow_missing=\('cgroups',\)"):
         start(loop, backend, tmp_path)
     excused = NativeBackend(allow_missing=("cgroups",))
     env = start(loop, excused, tmp_path)
