@@ -34,6 +34,7 @@ import _cgroups
 import _confine
 import _egress
 import _walls
+import _wire
 from _files import Workspace
 from _meter import Meter
 from _rootfs import Root
@@ -101,7 +102,7 @@ def _unshare_flags(mechanisms):
 
 def _cgroup_folders(channel):
     """The descriptors of the environment's cgroup folders, once the warden made them."""
-    data, fds, _, _ = socket.recv_fds(channel, 4096, 16)
+    data, fds = _wire.recv_fds(channel, 4096, 16)
     if data != b"cgroups":
         for fd in fds:
             os.close(fd)
@@ -115,7 +116,7 @@ def _assignment(channel, alive_fd):
     readable, _, _ = select.select([channel, alive_fd], [], [])
     if channel not in readable:
         os._exit(SETUP_FAILED)
-    data, fds, _, _ = socket.recv_fds(channel, 1 << 20, 2)
+    data, fds = _wire.recv_fds(channel, 1 << 20, 2)
     if len(fds) != 2:
         os._exit(SETUP_FAILED)
     return json.loads(data), socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1])

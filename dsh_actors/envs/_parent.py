@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from ..codemode import isolation
+from . import _wire
 from .contract import EnvironmentStartError
 
 __all__ = ["Started", "WarmParent", "launch_config"]
@@ -146,7 +147,7 @@ class WarmParent:
     def _readable(self, ours: socket.socket) -> None:
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(ours, ANSWER_BYTES, 4)
+                data, fds = _wire.recv_fds(ours, ANSWER_BYTES, 4)
             except BlockingIOError:
                 return
             except OSError:

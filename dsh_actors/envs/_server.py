@@ -112,7 +112,7 @@ class Connection:
             return
         except OSError:
             data = b""
-        if not data or (not self.authenticated and len(data) > HELLO_BYTES):
+        if not data or (not self.authenticated and len(self.frames) + len(data) > HELLO_BYTES):
             self.server.drop(self)
             return
         try:

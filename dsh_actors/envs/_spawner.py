@@ -34,6 +34,7 @@ import msgpack
 
 import _confine
 import _walls
+import _wire
 
 BASH = "/bin/bash"
 
@@ -108,7 +109,7 @@ class Spawner:
                 if key.data == "children":
                     self.reap(wake)
                     continue
-                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 2)
+                data, fds = _wire.recv_fds(self.sock, 1 << 20, 2)
                 if not data:
                     os._exit(0)
                 self.spawn(msgpack.unpackb(data, raw=False), fds)

@@ -32,6 +32,7 @@ import _cgroups
 import _confine
 import _init
 import _walls
+import _wire
 
 
 def _map_ids(uid, gid):
@@ -47,7 +48,7 @@ def _next(channel, init_pidfd):
     readable, _, _ = select.select([channel, init_pidfd], [], [])
     if channel not in readable:
         return None
-    data, fds, _, _ = socket.recv_fds(channel, 65536, 256)
+    data, fds = _wire.recv_fds(channel, 65536, 256)
     return data, fds
 
 
@@ -88,7 +89,7 @@ def _assigned(control, init_pidfd):
     readable, _, _ = select.select([control, init_pidfd], [], [])
     if control not in readable:
         os._exit(_init.SETUP_FAILED)  # the spare's init died preparing: the warm parent makes another
-    data, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+    data, fds = _wire.recv_fds(control, 1 << 20, 3)
     if not data:
         os._exit(0)  # the warm parent ended
     return json.loads(data), socket.socket(fileno=fds[0]), fds[1], fds[2] if len(fds) > 2 else None
@@ -102,7 +103,7 @@ def main(config, *, zygote, control, program):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _walls.orphan_guard(zygote)
     try:
-        init, init_pidfd, channel, _alive = _spare(config, zygote, program)
+        init, init_pidfd, channel, alive = _spare(config, zygote, program)
     except (OSError, _walls.SetupError):
         os._exit(_init.SETUP_FAILED)
     env, status, listener, uid_lock = _assigned(control, init_pidfd)
@@ -130,7 +131,31 @@ def main(config, *, zygote, control, program):
         import _forward  # noqa: PLC0415 - only here (see its docs)
 
         _forward.forward(listeners, init_pidfd)
+    else:
+        _idle(uid_lock, alive)
     os.waitpid(init, 0)
     for directory in _cgroups.env_dirs(config["cgroups"], env["name"]):
         _cgroups.remove_tree(directory)
     os._exit(0)
+
+
+def _idle(uid_lock, alive):
+    """With nothing to forward, the warden only has to be there (its death is the init's,
+    and its lock the uid's): it becomes ``sleep``, 0.1 MB instead of a forked interpreter's
+    ~2 MB of its own. The parent-death signal survives the exec, and so do the lock and the
+    ``alive`` pipe the init watches, made inheritable; its owner kills it when the
+    environment ends (and removes the cgroups then)."""
+    keep = {fd for fd in (uid_lock, alive) if fd is not None}
+    for fd in keep:
+        os.set_inheritable(fd, True)
+    for name in os.listdir("/proc/self/fd"):  # nothing else crosses: its end of the status socket least of all
+        if int(name) > 2 and int(name) not in keep:
+            try:
+                os.set_inheritable(int(name), False)
+            except OSError:
+                pass
+    for sleep in ("/usr/bin/sleep", "/bin/sleep"):
+        try:
+            os.execv(sleep, ["dsh-envs-warden", "infinity"])
+        except OSError:
+            continue

@@ -2,7 +2,8 @@
 
 Both ends import it: the clients (:mod:`._client`, in any process of the node) as
 ``dsh_actors.envs._wire``, the init (``_server.py``, in the environment) as a top-level
-module; so it imports nothing but ``struct`` and ``msgpack``.
+module; so it imports nothing but the standard library and ``msgpack``. It also has the one
+way the trusted processes (and the backend) receive descriptors (:func:`recv_fds`).
 
 A connection carries frames: a 4-byte big-endian length, then a msgpack map. The client
 speaks first (``hello`` with the environment's secret); then any number of requests, each
@@ -19,6 +20,8 @@ with an ``id`` of the client's choosing, answered in any order by a frame with t
     {"op": "end", "id"}                                     -> {"id", "ok": None}, then EOF
 """
 
+import array
+import socket
 import struct
 
 import msgpack
@@ -63,6 +66,10 @@ class FrameBuffer:
     def __init__(self):
         self._data = bytearray()
 
+    def __len__(self):
+        """Bytes received and not yet a whole frame."""
+        return len(self._data)
+
     def feed(self, data):
         """The complete frames ``data`` finished, in order. ``ValueError`` for a frame
         over :data:`MAX_FRAME` or that is not msgpack: the connection is then dropped."""
@@ -79,3 +86,16 @@ class FrameBuffer:
             del self._data[:end]
             frames.append(decode(body))
         return frames
+
+
+def recv_fds(sock, size, most):
+    """``(data, descriptors)`` of one message with descriptors attached, the descriptors
+    close-on-exec. Not ``socket.recv_fds``: it drops its ``flags`` (CPython 3.11), so what it
+    receives is inheritable, and every command an init or spawner starts would inherit it
+    (the environment's sockets, its cgroup folders: the way out of its bounds)."""
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(size, socket.CMSG_LEN(most * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)

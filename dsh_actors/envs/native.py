@@ -55,7 +55,7 @@ import socket
 import sys
 from typing import Any, Iterable, Sequence
 
-from . import _cgroups, _folder
+from . import _cgroups, _folder, _wire
 from ._client import EnvClient, connect, format_address
 from ._parent import Started, WarmParent, launch_config, run_probe
 from .contract import (CommandResult, EnvironmentGoneError, EnvironmentStartError, EnvironmentUnavailableError,
@@ -328,7 +328,7 @@ class NativeEnvironment:
             finally:
                 loop.remove_reader(status.fileno())
             try:
-                data, fds, _, _ = socket.recv_fds(status, 4096, 1)
+                data, fds = _wire.recv_fds(status, 4096, 1)
             except BlockingIOError:
                 continue
             except OSError:

@@ -104,3 +104,11 @@ def test_ptrace_of_any_process_is_refused(envs, env):
 def test_the_cgroup_tree_is_not_reachable(envs, env):
     assert envs.sh(env, "ls /sys/fs/cgroup").exit_code != 0
     assert envs.sh(env, "mount -t cgroup2 none /tmp").exit_code != 0
+
+
+def test_a_command_inherits_no_descriptor_but_its_stdin_stdout_and_stderr(envs, env):
+    """Not the environment's listening socket, its status socket, its cgroup folders or the
+    spawner's pipes: with any of them a command could pose as its environment, or leave its
+    bounds."""
+    listed = set(envs.sh(env, "ls /proc/$$/fd; true").output.split())  # the command's bash, seen by ls
+    assert {b"0", b"1", b"2"} <= listed <= {b"0", b"1", b"2", b"255"}  # 255: bash's own, if any

@@ -28,12 +28,21 @@ def traces(env):
     pids = processes_of(env.uid)
     cgroups = set()
     for pid in pids:
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue  # it ended meanwhile
+        for line in lines:
             _, controllers, path = line.split(":", 2)
             if "dsh-envs-" in path:
                 mount = "unified" if controllers == "" else controllers.split(",")[0]
                 cgroups.add(os.path.join("/sys/fs/cgroup", mount, path.lstrip("/")))
-    namespaces = {os.readlink(f"/proc/{pid}/ns/mnt") for pid in pids}
+    namespaces = set()
+    for pid in pids:
+        try:
+            namespaces.add(os.readlink(f"/proc/{pid}/ns/mnt"))
+        except OSError:
+            pass
     return pids, cgroups, namespaces, parse_address(env.address)[0]
 
 
