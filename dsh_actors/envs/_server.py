@@ -37,6 +37,10 @@ from _files import PathRefused
 from _meter import WATCH_S
 from _spawner import Spawner
 
+SPAWN_TIMEOUT_S = 5.0
+"""How long the spawner may take to say a command's pid (it takes a millisecond): past it, it
+is stopped or wedged, and the init kills it and forks another."""
+
 HELLO_BYTES = 4096
 """What a connection may send before it has said the secret."""
 
@@ -71,11 +75,11 @@ class _DiskFull(PathRefused):
 
 class Command:
     __slots__ = ("connection", "request", "number", "slot", "pid", "pipe", "chunks", "size", "limit", "truncated",
-                 "deadline", "before", "status", "bound")
+                 "sent", "deadline", "before", "status", "bound")
 
     def __init__(self, connection, request, number, slot, limit, deadline, before):
         self.connection, self.request, self.number, self.slot, self.limit = connection, request, number, slot, limit
-        self.deadline, self.before = deadline, before
+        self.sent, self.deadline, self.before = time.monotonic(), deadline, before
         self.pid = self.pipe = self.status = self.bound = None
         self.chunks, self.size, self.truncated = [], 0, False
 
@@ -199,13 +203,16 @@ class Server:
             self._on_time()
 
     def _timeout(self):
-        soonest = min((c.deadline for c in self.commands.values()), default=None)
+        soonest = min((c.deadline if c.pid is not None else min(c.deadline, c.sent + SPAWN_TIMEOUT_S)
+                       for c in self.commands.values()), default=None)
         if self.commands or self.lingering:
             soonest = self.next_watch if soonest is None else min(soonest, self.next_watch)
         return -1 if soonest is None else max(0.0, soonest - time.monotonic())
 
     def _on_time(self):
         now = time.monotonic()
+        if any(c.pid is None and now - c.sent > SPAWN_TIMEOUT_S for c in self.commands.values()):
+            self._replace_spawner()
         for command in list(self.commands.values()):
             if now >= command.deadline and command.bound is None:
                 self.kill(command, "wall")
@@ -213,7 +220,25 @@ class Server:
             self.next_watch = now + WATCH_S
             self._measure()
 
+    def _replace_spawner(self):
+        """Kill the spawner and fork another: it is stopped or wedged (a command may stop it:
+        the same uid); its commands are then the init's to reap."""
+        try:
+            os.kill(self.spawner_pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._spawner_lost()
+
+    def _spawner_stopped(self):
+        try:
+            with open(f"/proc/{self.spawner_pid}/stat") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
     def _measure(self):
+        if self.commands and self._spawner_stopped():
+            self._replace_spawner()
         spent = self.meter.check_life(full=True)
         if spent is not None or self.meter.new_refusals():
             for slot in self.lingering:  # a fork bomb may have outlived the command that set it off

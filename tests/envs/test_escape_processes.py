@@ -58,3 +58,11 @@ def test_the_init_ignores_signals_from_inside(envs, env):
 def test_the_environments_processes_run_in_their_own_pid_namespace(envs, env):
     assert envs.sh(env, "echo $$").output.strip() != b"1"
     assert envs.sh(env, "ps -e -o pid= | wc -l").output.strip() in (b"3", b"4", b"5", b"6")
+
+
+def test_stopping_or_killing_the_spawner_only_delays_the_next_command(envs, env):
+    spawner = "$(pgrep -x dsh-envs-spawne)"  # its name, cut at 15 characters
+    assert envs.sh(env, f"kill -STOP {spawner}").exit_code == 0
+    assert envs.sh(env, "echo after a stop").output == b"after a stop\n"  # within SPAWN_TIMEOUT_S
+    assert envs.sh(env, f"kill -9 {spawner}").exit_code in (0, 137)
+    assert envs.sh(env, "echo after a kill").output == b"after a kill\n"
