@@ -91,11 +91,12 @@ async def _bwrap(path: str, args: list[str]) -> None:
 
 # --- the backend's process ------------------------------------------------------------------
 
-async def starts(backend: NativeBackend, base: str, count: int, prefix: str) -> list[float]:
+async def starts(backend: NativeBackend, base: str, count: int, prefix: str, pause_s: float = 0.0) -> list[float]:
     samples = []
     for i in range(count):
         workspace = os.path.join(base, f"{prefix}{i}")
         os.makedirs(workspace, exist_ok=True)
+        await asyncio.sleep(pause_s)  # not timed: an idle spell (the spares are ready again by then)
         start = time.perf_counter()
         await backend.start(f"{prefix}{i}", EnvSpec(workspace=workspace))
         samples.append((time.perf_counter() - start) * 1e3)
@@ -129,6 +130,9 @@ async def main(quick: bool) -> None:
         back_to_back = await starts(backend, base, 50 if quick else 200, "seq")
         for env in list(backend.environments.values()):
             await env.end()
+        idle = await starts(backend, base, 20 if quick else 50, "idle", pause_s=0.2)
+        for env in list(backend.environments.values()):
+            await env.end()
         many = 200 if quick else 1000
         wall_s, waits = await at_once(backend, base, many)
         alive = len(backend.environments)
@@ -144,10 +148,11 @@ async def main(quick: bool) -> None:
     finally:
         await backend.close()
         shutil.rmtree(base, ignore_errors=True)
-    b2b = quantiles(back_to_back)
+    b2b, after_idle = quantiles(back_to_back), quantiles(idle)
     waited = quantiles(waits)
     start_rows = [
         ["back to back (each kept alive)", str(len(back_to_back)), f"{b2b[0]:.1f}", f"{b2b[1]:.1f}", "—"],
+        ["after 200 ms idle each", str(len(idle)), f"{after_idle[0]:.1f}", f"{after_idle[1]:.1f}", "—"],
         [f"{many} at once (max_starting={backend.max_starting})", f"{alive} ready",
          f"{waited[0]:.0f} (queued)", f"{waited[1]:.0f} (queued)", f"{wall_s * 1e3 / many:.1f}"],
     ]
@@ -170,7 +175,8 @@ async def main(quick: bool) -> None:
         table(["way", "in flight", "p50 ms", "p99 ms", "p50 vs bare", "p99 vs bare"], command_rows),
         ("bwrap is not installed here: no row for it." if not bwrap else
          "bwrap: `--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-all --die-with-parent`."),
-        f"Walls: {backend.isolation}.",
+        f"Walls: {backend.isolation}. Load average when it ended: {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores (a shared machine: other work ran meanwhile).",
     ])
     print(body)
     write_section("environments", "Episode environments: start, and a command through one", body)

@@ -24,6 +24,7 @@ Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
 """
 
 import os
+import queue
 import resource
 import selectors
 import signal
@@ -56,11 +57,20 @@ class Spawner:
     def __init__(self, sock, cgroups, env):
         self.sock, self.cgroups, self.env = sock, cgroups, env
         self.parked = None
-        self.parking = None
+        self._moves = queue.SimpleQueue()  # slots to park in, for the parking thread
+        self._settled = threading.Event()  # set while no move is pending
+        self._settled.set()
 
     def _park(self, slot):
         self.cgroups.park(slot)
         self.parked = slot
+
+    def _parking(self):
+        """The parking thread: each move asked for, off the main thread (which meanwhile
+        reports exits); one thread for the spawner's life (a thread per move cost more)."""
+        while True:
+            self._park(self._moves.get())
+            self._settled.set()
 
     def _send(self, message):
         self.sock.send(msgpack.packb(message, use_bin_type=True))
@@ -68,9 +78,7 @@ class Spawner:
     def spawn(self, request, fds):
         output, folder = fds
         try:
-            if self.parking is not None:
-                self.parking.join()
-                self.parking = None
+            self._settled.wait()
             if self.cgroups is not None and self.parked != request["slot"]:
                 self._park(request["slot"])
             os.fchdir(folder)
@@ -87,8 +95,8 @@ class Spawner:
         self._send({"n": request["n"], "pid": pid})
         following = request.get("next")
         if self.cgroups is not None and following is not None and following != self.parked:
-            self.parking = threading.Thread(target=self._park, args=(following,), daemon=True)
-            self.parking.start()
+            self._settled.clear()
+            self._moves.put(following)
 
     def reap(self, wake):
         for pid, status in _walls.ended_children(wake):
@@ -101,6 +109,7 @@ class Spawner:
         if self.cgroups is not None:
             self.cgroups.join_box()
             self._park(first_slot)
+            threading.Thread(target=self._parking, name="parking", daemon=True).start()
         selector = selectors.DefaultSelector()
         selector.register(self.sock, selectors.EVENT_READ, "request")
         selector.register(wake, selectors.EVENT_READ, "children")
