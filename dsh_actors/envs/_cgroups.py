@@ -30,9 +30,11 @@ cpu        CPU seconds used over the environment's life    v2 ``cpu.stat``, else
     └── box/                  the bounds (memory, pids); the spawner lives here
         └── c<j>/             (track) one per command slot, made by the spawner as needed
 
-No cgroup move is on a command's path: the spawner parks in the next command's slot ahead
-of it (:mod:`_spawner`), and the command is born there. A move is a few µs, but the first
-one after an idle spell waits for an RCU grace period (about 8 ms on these machines).
+The spawner stays in the slot of the last command it spawned, and the next command uses
+that slot again when nothing is left running in it, so commands one after another never
+move it (:mod:`_spawner`); only a command that overlaps another, or follows one that left a
+process behind, moves it first. A move is a few µs, but the first one after an idle spell
+waits for an RCU grace period (about 8 ms on these machines).
 """
 
 import os
@@ -279,8 +281,8 @@ class EnvCgroups:
                 _write_at(folder, "box/cgroup.procs", "0")
 
     def slot(self, number):
-        """Command slot ``number``'s ``cgroup.procs`` and events (tracking hierarchy),
-        made on first use; ``None`` without a tracking hierarchy."""
+        """Command slot ``number``'s ``cgroup.procs``, to join and to read (tracking
+        hierarchy), made on first use; ``None`` without a tracking hierarchy."""
         fds = self._slot_fds.get(number)
         if fds is None and self._track is not None:
             name = f"c{number}"
@@ -288,10 +290,8 @@ class EnvCgroups:
                 os.mkdir(name, dir_fd=self._track)
             except FileExistsError:
                 pass
-            events = "cgroup.events" if os.path.exists(f"/proc/self/fd/{self._track}/{name}/cgroup.events") \
-                else "cgroup.procs"
             fds = (os.open(f"{name}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self._track),
-                   os.open(f"{name}/{events}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._track))
+                   os.open(f"{name}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._track))
             self._slot_fds[number] = fds
         return fds
 
@@ -301,24 +301,49 @@ class EnvCgroups:
         if fds is not None:
             os.write(fds[0], b"0")
 
-    def kill_slot(self, number):
-        if self._track is not None:
-            kill_all(f"/proc/self/fd/{self._track}/c{number}")
+    def _slot_pids(self, number):
+        fds = self.slot(number)
+        if fds is None:
+            return []
+        try:
+            return [int(pid) for pid in os.pread(fds[1], 65536, 0).split()]
+        except (OSError, ValueError):
+            return []
 
     def slot_busy(self, number, spawner):
         """Whether a process other than ``spawner`` is in slot ``number`` (one its command
-        left running). On cgroup v2 the spawner, while it parks there, counts too: such a
-        slot is only checked again later."""
-        fds = self.slot(number)  # the spawner made it; this process opens it the first time
-        if fds is None:
-            return False
+        left running)."""
+        return any(pid != spawner for pid in self._slot_pids(number))
+
+    def kill_slot(self, number, spawner):
+        """Kill every process in slot ``number`` but ``spawner`` (parked there, it may be):
+        at once with ``cgroup.kill`` when it is not there; else the slot frozen (nothing in
+        it forks meanwhile), each of the others killed, and the slot thawed."""
+        if self._track is None:
+            return
+        path = f"/proc/self/fd/{self._track}/c{number}"
+        if spawner not in self._slot_pids(number):
+            kill_all(path)
+            return
         try:
-            text = os.pread(fds[1], 4096, 0).decode()
+            _write(os.path.join(path, "cgroup.freeze"), "1")
         except OSError:
-            return False
-        if text.startswith("populated"):
-            return "populated 1" in text
-        return any(int(pid) != spawner for pid in text.split())
+            pass  # cgroup v1 (pids as the tracking hierarchy): no freezer here; kill until none is left
+        try:
+            for _ in range(100):
+                others = [pid for pid in self._slot_pids(number) if pid != spawner]
+                if not others:
+                    return
+                for pid in others:
+                    try:
+                        os.kill(pid, signal.SIGKILL)  # delivered to frozen processes too
+                    except OSError:
+                        pass
+        finally:
+            try:
+                _write(os.path.join(path, "cgroup.freeze"), "0")
+            except OSError:
+                pass
 
     # counters
 

@@ -7,9 +7,9 @@ holds every wall it gives its commands (:mod:`_confine`). One thread, one ``epol
   then send requests (:mod:`_wire`); a client that goes away takes its running commands
   with it;
 - **a command** gets a tracking slot (a cgroup: killing it kills all the command started,
-  however it forked, detached or renamed itself) and one pipe for its stdout and stderr,
-  and goes to the spawner (:mod:`_spawner`), which is parked in that slot and spawns
-  ``bash -c`` there; a new slot for the next command is named at the same time;
+  however it forked, detached or renamed itself; the spawner's own slot again whenever
+  nothing is left running in it) and one pipe for its stdout and stderr, and goes to the
+  spawner (:mod:`_spawner`), which spawns ``bash -c`` in that slot;
 - **the end of a command** is its ``bash`` exiting (what it left running keeps running in
   its slot until the environment ends, unless a bound or the wall killed the slot): the pipe
   is drained of what is already written, and the result sent with the bound that stopped
@@ -160,8 +160,8 @@ class Server:
         self.commands = {}          # spawn number -> Command, until its bash is reaped
         self.by_pid = {}            # bash pid -> Command
         self.numbers = iter(range(1 << 62))
-        self.free_slots, self.lingering, self.next_slot = [], [], 0
-        self.parked = self._reserve()  # the slot the spawner waits in
+        self.free_slots, self.lingering, self.next_slot = [0], [], 1
+        self.spawner_slot = 0  # where the spawner is (the slot of the last command it spawned)
         self.next_watch = 0.0
         self.spawner = self.spawner_pid = None
         self.wake = _walls.watch_children()
@@ -206,7 +206,8 @@ class Server:
         soonest = min((c.deadline if c.pid is not None else min(c.deadline, c.sent + SPAWN_TIMEOUT_S)
                        for c in self.commands.values()), default=None)
         if self.commands or self.lingering:
-            soonest = self.next_watch if soonest is None else min(soonest, self.next_watch)
+            tick = max(self.next_watch, min((c.sent + WATCH_S for c in self.commands.values()), default=0.0))
+            soonest = tick if soonest is None else min(soonest, tick)
         return -1 if soonest is None else max(0.0, soonest - time.monotonic())
 
     def _on_time(self):
@@ -216,7 +217,9 @@ class Server:
         for command in list(self.commands.values()):
             if now >= command.deadline and command.bound is None:
                 self.kill(command, "wall")
-        if (self.commands or self.lingering) and now >= self.next_watch:
+        if now >= self.next_watch and (self.lingering or any(now - c.sent >= WATCH_S for c in self.commands.values())):
+            # only what runs longer than a tick is measured while it runs (a short command is
+            # measured at its end): reading /proc each tick would slow the quick ones
             self.next_watch = now + WATCH_S
             self._measure()
 
@@ -242,7 +245,7 @@ class Server:
         spent = self.meter.check_life(full=True)
         if spent is not None or self.meter.new_refusals():
             for slot in self.lingering:  # a fork bomb may have outlived the command that set it off
-                self.cgroups.kill_slot(slot)
+                self.cgroups.kill_slot(slot, self.spawner_pid)
         if spent is not None:
             for command in list(self.commands.values()):
                 self.kill(command, spent)
@@ -364,7 +367,7 @@ class Server:
         self._watch(read_end, _OUTPUT, lambda mask, c=command: self._output(c))
         try:
             socket.send_fds(self.spawner, [msgpack.packb(
-                {"n": command.number, "command": text, "slot": slot, "next": self.parked},
+                {"n": command.number, "command": text, "slot": slot},
                 use_bin_type=True)], [write_end, folder])
         except OSError:
             self._spawner_lost()  # it just died (the OOM killer, or a command): this command ends killed
@@ -417,7 +420,7 @@ class Server:
                 except OSError:
                     pass
             try:
-                Spawner(theirs, self.cgroups, self.env).run(self.parked, self.workspace.lib)
+                Spawner(theirs, self.cgroups, self.env).run(self.spawner_slot, self.workspace.lib)
             finally:
                 os._exit(1)
         theirs.close()
@@ -474,7 +477,7 @@ class Server:
         if command.bound is None:
             command.bound = self.meter.event_bound(command.before) or self.meter.check_life(full=False)
             if command.bound is not None and self.cgroups is not None:
-                self.cgroups.kill_slot(command.slot)  # what it left running goes with it
+                self.cgroups.kill_slot(command.slot, self.spawner_pid)  # what it left running goes with it
         command.connection.send(_ok(command.request, command.result()))
         self._discard(command)
 
@@ -489,7 +492,7 @@ class Server:
         """Kill everything ``command`` started (its slot; without cgroups, its session)."""
         command.bound = command.bound or bound
         if self.cgroups is not None:
-            self.cgroups.kill_slot(command.slot)
+            self.cgroups.kill_slot(command.slot, self.spawner_pid)
         elif command.pid is not None:
             try:
                 os.killpg(command.pid, signal.SIGKILL)
@@ -499,20 +502,20 @@ class Server:
     # --- slots -----------------------------------------------------------------------------
 
     def _take_slot(self):
-        """The slot the spawner is parked in, for this command; and the one it parks in
-        next, reserved now (so it is never guessed wrong)."""
-        slot, self.parked = self.parked, self._reserve()
-        return slot
-
-    def _reserve(self):
+        """The slot for a new command: the spawner's own when it is free (no cgroup move);
+        else another (free, or new), which the spawner moves to before spawning."""
+        if self.spawner_slot in self.free_slots:
+            self.free_slots.remove(self.spawner_slot)
+            return self.spawner_slot
         if not self.free_slots and self.lingering and self.cgroups is not None:
             still = [s for s in self.lingering if self.cgroups.slot_busy(s, self.spawner_pid)]
             self.free_slots += [s for s in self.lingering if s not in still]
             self.lingering = still
         if self.free_slots:
-            return self.free_slots.pop()
-        self.next_slot += 1
-        return self.next_slot - 1
+            self.spawner_slot = self.free_slots.pop()
+        else:
+            self.spawner_slot, self.next_slot = self.next_slot, self.next_slot + 1
+        return self.spawner_slot
 
     def _release_slot(self, slot):
         if self.cgroups is not None and self.cgroups.slot_busy(slot, self.spawner_pid):

@@ -2,34 +2,31 @@
 
 Forked by the init once every wall is up (so it has them all, and can only add to them);
 a top-level module of the trusted processes. It joins the environment's bounded cgroup
-(``box``) for good, and parks in the tracking slot the next command will use. Asked by the
-init, it ``posix_spawn``\\ s the command right there (``vfork`` and ``exec``: nothing is
-copied, and nothing moves between cgroups on a command's way: a cgroup move after an idle
-spell waits for an RCU grace period, about 8 ms on these machines), answers with its pid,
-then parks in the slot the init named for the next command, on a thread of its own, while
-the main thread goes on reporting its commands' exits.
+(``box``) for good, and a tracking slot. Asked by the init, it ``posix_spawn``\ s the command
+right where it is (``vfork`` and ``exec``: nothing is copied), first moving to the slot the
+init named if that is another (only when commands overlap, or the last one left a process
+behind: a cgroup move after an idle spell waits for an RCU grace period, about 8 ms on
+these machines), and answers with its pid; it reaps its commands and reports each exit.
 
 Why a process of its own, not the init: a process's children are born in its cgroups, and
 the init stays outside ``box`` so the memory bound's OOM killer never picks it. The
 spawner is as unprivileged as a command (the same uid, the same walls): a command may kill
-it (the init then forks another, and reaps the orphans itself) but can neither trace it
-nor read its memory (seccomp; it is not dumpable).
+or stop it (the init then forks another, and reaps the orphans itself) but can neither
+trace it nor read its memory (seccomp; it is not dumpable).
 
 Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
 
-    init -> {"n", "command", "slot", "next"} + fds [output pipe, working folder]
+    init -> {"n", "command", "slot"} + fds [output pipe, working folder]
     spawner -> {"n", "pid"} | {"n", "errno"}         at once
     spawner -> {"exit": pid, "status": wait status, "usage": [bytes written, CPU seconds]}
                                                      when the command's bash ends
 """
 
 import os
-import queue
 import resource
 import selectors
 import signal
 import socket
-import threading
 
 import msgpack
 
@@ -57,20 +54,6 @@ class Spawner:
     def __init__(self, sock, cgroups, env):
         self.sock, self.cgroups, self.env = sock, cgroups, env
         self.parked = None
-        self._moves = queue.SimpleQueue()  # slots to park in, for the parking thread
-        self._settled = threading.Event()  # set while no move is pending
-        self._settled.set()
-
-    def _park(self, slot):
-        self.cgroups.park(slot)
-        self.parked = slot
-
-    def _parking(self):
-        """The parking thread: each move asked for, off the main thread (which meanwhile
-        reports exits); one thread for the spawner's life (a thread per move cost more)."""
-        while True:
-            self._park(self._moves.get())
-            self._settled.set()
 
     def _send(self, message):
         self.sock.send(msgpack.packb(message, use_bin_type=True))
@@ -78,9 +61,9 @@ class Spawner:
     def spawn(self, request, fds):
         output, folder = fds
         try:
-            self._settled.wait()
             if self.cgroups is not None and self.parked != request["slot"]:
-                self._park(request["slot"])
+                self.cgroups.park(request["slot"])  # the command overlaps another, or follows leftovers
+                self.parked = request["slot"]
             os.fchdir(folder)
             pid = os.posix_spawn(BASH, ["bash", "-c", request["command"]], self.env, setsid=True,
                                  setsigdef=RESET_SIGNALS, file_actions=[
@@ -93,10 +76,6 @@ class Spawner:
             os.close(output)
             os.close(folder)
         self._send({"n": request["n"], "pid": pid})
-        following = request.get("next")
-        if self.cgroups is not None and following is not None and following != self.parked:
-            self._settled.clear()
-            self._moves.put(following)
 
     def reap(self, wake):
         for pid, status in _walls.ended_children(wake):
@@ -108,8 +87,8 @@ class Spawner:
         wake = _walls.watch_children()
         if self.cgroups is not None:
             self.cgroups.join_box()
-            self._park(first_slot)
-            threading.Thread(target=self._parking, name="parking", daemon=True).start()
+            self.cgroups.park(first_slot)
+            self.parked = first_slot
         selector = selectors.DefaultSelector()
         selector.register(self.sock, selectors.EVENT_READ, "request")
         selector.register(wake, selectors.EVENT_READ, "children")
