@@ -44,43 +44,57 @@ def parse_address(address: str) -> tuple[str, str, str]:
     return urllib.parse.unquote(path), urllib.parse.unquote(env_id), secret
 
 
-class _Link:
-    """One open connection: the writer, and the answers awaited on it by id."""
+class _Link(asyncio.Protocol):
+    """One open connection: frames parsed as they arrive (no reader task: a command's
+    answer costs one callback), and the answers awaited on it by id (the hello's is 0)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.frames = _wire.FrameBuffer()
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.ids = itertools.count(1)
         self.closed = False
-        self.task = asyncio.get_running_loop().create_task(self._answers(reader))
 
-    async def _answers(self, reader: asyncio.StreamReader) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
         try:
-            while True:
-                header = await reader.readexactly(_wire.HEADER.size)
-                (size,) = _wire.HEADER.unpack(header)
-                message = _wire.decode(await reader.readexactly(size))
-                future = self.waiting.pop(message.get("id"), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
-            pass
-        finally:
+            frames = self.frames.feed(data)
+        except ValueError:
             self.close()
+            return
+        for message in frames:
+            request = message.get("id") if isinstance(message, dict) else None
+            future = self.waiting.pop(request, None) if isinstance(request, int) else None
+            if future is not None and not future.done():
+                future.set_result(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
 
     def close(self) -> None:
         self.closed = True
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
         for future in self.waiting.values():
             if not future.done():
                 future.set_exception(EnvironmentGoneError("the environment ended or died"))
         self.waiting.clear()
 
-    def ask(self, message: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
-        request = next(self.ids)
+    def expect(self, request: int) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[request] = future
-        self.writer.write(_wire.encode({**message, "id": request}))
+        return future
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.transport is not None
+        self.transport.write(_wire.encode(message))
+
+    def ask(self, message: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
+        request = next(self.ids)
+        future = self.expect(request)
+        self.send({**message, "id": request})
         return request, future
 
 
@@ -114,21 +128,21 @@ class EnvClient:
             if self._link is not None and not self._link.closed:
                 return self._link
             try:
-                reader, writer = await asyncio.open_unix_connection(self._path, limit=_wire.MAX_FRAME)
+                _, link = await loop.create_unix_connection(_Link, self._path)
             except OSError as exc:
                 raise EnvironmentGoneError(f"environment {self.id!r} is gone ({exc.strerror})") from None
-            writer.write(_wire.encode({"op": "hello", "secret": self._secret}))
+            hello = link.expect(0)
+            link.send({"op": "hello", "secret": self._secret})
             try:
-                header = await asyncio.wait_for(reader.readexactly(_wire.HEADER.size), FILE_TIMEOUT_S)
-                hello = _wire.decode(await reader.readexactly(_wire.HEADER.unpack(header)[0]))
-            except (asyncio.IncompleteReadError, OSError, ValueError, asyncio.TimeoutError):
-                writer.close()
+                answer = await asyncio.wait_for(hello, FILE_TIMEOUT_S)
+            except (EnvironmentGoneError, asyncio.TimeoutError):
+                link.close()
                 raise EnvironmentGoneError(f"environment {self.id!r} refused this address") from None
-            if hello.get("ok") != self.id:
-                writer.close()
-                raise EnvironmentGoneError(f"the socket of {self.id!r} answers for {hello.get('ok')!r}")
-            self._link = _Link(reader, writer)
-            return self._link
+            if answer.get("ok") != self.id:
+                link.close()
+                raise EnvironmentGoneError(f"the socket of {self.id!r} answers for {answer.get('ok')!r}")
+            self._link = link
+            return link
 
     async def _ask(self, message: dict[str, Any], timeout_s: float) -> Any:
         link = await self._open()
@@ -139,7 +153,7 @@ class EnvClient:
         except asyncio.CancelledError:
             link.waiting.pop(request, None)
             if not link.closed and message["op"] == "run":
-                link.writer.write(_wire.encode({"op": "cancel", "id": request}))  # kills what it started
+                link.send({"op": "cancel", "id": request})  # kills what it started
             raise
         finally:
             timer.cancel()
@@ -207,11 +221,6 @@ class EnvClient:
         link, self._link = self._link, None
         if link is not None:
             link.close()
-            if link.task is not asyncio.current_task():
-                try:
-                    await link.task
-                except BaseException:  # noqa: BLE001 - the reader's own end; nothing to report
-                    pass
 
 
 def connect(address: str) -> EnvClient:

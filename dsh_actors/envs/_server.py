@@ -163,6 +163,7 @@ class Server:
         self.free_slots, self.lingering, self.next_slot = [0], [], 1
         self.spawner_slot = 0  # where the spawner is (the slot of the last command it spawned)
         self.next_watch = 0.0
+        self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
         self.spawner = self.spawner_pid = None
         self.wake = _walls.watch_children()
         self._watch(self.wake, _REAP, self._reap)
@@ -203,15 +204,27 @@ class Server:
             self._on_time()
 
     def _timeout(self):
-        soonest = min((c.deadline if c.pid is not None else min(c.deadline, c.sent + SPAWN_TIMEOUT_S)
-                       for c in self.commands.values()), default=None)
-        if self.commands or self.lingering:
-            tick = max(self.next_watch, min((c.sent + WATCH_S for c in self.commands.values()), default=0.0))
-            soonest = tick if soonest is None else min(soonest, tick)
-        return -1 if soonest is None else max(0.0, soonest - time.monotonic())
+        return -1 if self.wake_at is None else max(0.0, self.wake_at - time.monotonic())
+
+    def _due(self, when):
+        """Wake the loop by ``when`` (the time of a wall, a spawn's timeout, a measure)."""
+        self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+    def _next_times(self, command):
+        """When ``command`` next needs the loop: its wall, its spawn's timeout, a measure."""
+        times = [command.deadline, max(self.next_watch, command.sent + WATCH_S)]
+        if command.pid is None:
+            times.append(command.sent + SPAWN_TIMEOUT_S)
+        return min(times)
 
     def _on_time(self):
+        """What is due: walls, a wedged spawner, the measure of what runs long. Only when
+        something is (commands are scanned then, not on every event: with 32 running, a
+        scan per event cost a quarter of the init's time)."""
         now = time.monotonic()
+        if self.wake_at is None or now < self.wake_at:
+            return
+        self.wake_at = None
         if any(c.pid is None and now - c.sent > SPAWN_TIMEOUT_S for c in self.commands.values()):
             self._replace_spawner()
         for command in list(self.commands.values()):
@@ -222,6 +235,11 @@ class Server:
             # measured at its end): reading /proc each tick would slow the quick ones
             self.next_watch = now + WATCH_S
             self._measure()
+        for command in self.commands.values():
+            if command.bound is None:
+                self._due(self._next_times(command))
+        if self.lingering:
+            self._due(self.next_watch)
 
     def _replace_spawner(self):
         """Kill the spawner and fork another: it is stopped or wedged (a command may stop it:
@@ -364,6 +382,7 @@ class Server:
         command.pipe = read_end
         connection.commands[request] = command
         self.commands[command.number] = command
+        self._due(self._next_times(command))
         self._watch(read_end, _OUTPUT, lambda mask, c=command: self._output(c))
         try:
             socket.send_fds(self.spawner, [msgpack.packb(
@@ -520,6 +539,7 @@ class Server:
     def _release_slot(self, slot):
         if self.cgroups is not None and self.cgroups.slot_busy(slot, self.spawner_pid):
             self.lingering.append(slot)
+            self._due(self.next_watch)
         else:
             self.free_slots.append(slot)
 

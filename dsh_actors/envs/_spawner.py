@@ -94,10 +94,9 @@ class Spawner:
         selector.register(wake, selectors.EVENT_READ, "children")
         while True:
             for key, _ in selector.select():
-                if key.data == "children":
-                    self.reap(wake)
-                    continue
-                data, fds = _wire.recv_fds(self.sock, 1 << 20, 2)
-                if not data:
-                    os._exit(0)
-                self.spawn(msgpack.unpackb(data, raw=False), fds)
+                if key.data == "request":
+                    data, fds = _wire.recv_fds(self.sock, 1 << 20, 2)
+                    if not data:
+                        os._exit(0)
+                    self.spawn(msgpack.unpackb(data, raw=False), fds)
+                self.reap(wake)  # after each spawn too: with many queued, exits are still told at once
