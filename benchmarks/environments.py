@@ -173,6 +173,9 @@ async def main(quick: bool) -> None:
         "`bash -c true` from another process than the backend's: through `connect(address).run(...)`, and bare "
         "(`asyncio.create_subprocess_exec`, output piped) in that same process, rounds interleaved:",
         table(["way", "in flight", "p50 ms", "p99 ms", "p50 vs bare", "p99 vs bare"], command_rows),
+        "The first command right after a start pays the environment's first cgroup moves (its spawner joining "
+        "its cgroups: after an idle spell the first move waits for an RCU grace period, ~8 ms here); after that, "
+        "commands one after another reuse the spawner's slot and move nothing.",
         ("bwrap is not installed here: no row for it." if not bwrap else
          "bwrap: `--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-all --die-with-parent`."),
         f"Walls: {backend.isolation}. Load average when it ended: {os.getloadavg()[0]:.1f} on "
