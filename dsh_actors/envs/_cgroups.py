@@ -253,8 +253,8 @@ def move_home(plan, name, pid):
 class EnvCgroups:
     """One environment's cgroups, from inside it: by the descriptors of its ``e<k>``
     folders (made by its warden), so the host's cgroup tree need not be in its root.
-    The spawner (forked from the init) joins ``box`` and parks in a tracking slot for each
-    command; the init kills slots and reads the counters."""
+    The spawner (forked from the init) joins ``box`` and sits in a tracking slot, the one
+    of the command it spawns; the init kills slots and reads the counters."""
 
     def __init__(self, plan, folders):
         self.plan, self.folders = plan, folders

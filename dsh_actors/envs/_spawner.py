@@ -26,7 +26,6 @@ import os
 import resource
 import selectors
 import signal
-import socket
 
 import msgpack
 

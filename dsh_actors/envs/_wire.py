@@ -44,6 +44,16 @@ takes no argument longer than 128 KiB (``MAX_ARG_STRLEN``). A longer script goes
 file first (``write_file``), then runs."""
 
 
+def ok(request, value):
+    """The answer to request ``request``: ``value``."""
+    return {"id": request, "ok": value}
+
+
+def error(request, code, message):
+    """The answer to request ``request``: the error ``code`` (``ENV_PATH``…) and a message."""
+    return {"id": request, "error": {"code": code, "message": message}}
+
+
 def encode(message):
     """One frame holding ``message``."""
     body = msgpack.packb(message, use_bin_type=True)

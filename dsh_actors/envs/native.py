@@ -24,7 +24,7 @@ pair with the init; commands, a pipe for their output and nothing else.
 Starting is completing a spare: the warm parent keeps two (warden, init) pairs forked and
 prepared (namespaces, the read-only system, ``/dev``, ``/proc``); a start claims a uid,
 binds the socket, and hands them to one, whose init finishes the root, drops its privileges
-and listens. A command is one message to the init, which hands it to the spawner, parked in
+and listens. A command is one message to the init, which hands it to the spawner, sitting in
 the command's cgroups: ``posix_spawn`` there, already walled (see :mod:`._server`). The
 walls, and which of them the kernel enforces and which are measured, are described in
 :mod:`._rootfs` (files), :mod:`._confine` (uid, capabilities, no_new_privs, Landlock,
@@ -51,7 +51,6 @@ import itertools
 import os
 import secrets
 import signal as signals
-import socket
 import sys
 from typing import Any, Iterable, Sequence
 
