@@ -7,10 +7,10 @@ memory     the kernel: the ``box`` cgroup's limit (the OOM killer stops a proces
            init reads the cgroup's OOM-kill count to say which bound stopped a command
 processes  the kernel: the ``box`` cgroup's ``pids.max`` (and ``RLIMIT_NPROC`` per uid); the
            init reads how many forks it refused
-cpu        measured: CPU seconds from the cgroup (``cpu.stat``; without cgroups, the init's
-           reaped children's and the live processes' times from ``/proc``), over the
-           environment's life, checked every :data:`WATCH_S` while a process runs in it
-           and when a command ends
+cpu        measured: CPU seconds from the cgroup (``cpu.stat``; without cgroups, the reaped
+           processes' times from ``getrusage`` and the live ones' from ``/proc``), over the
+           environment's life, checked when each command ends, and every :data:`WATCH_S`
+           while one has run longer than that or a finished one left something running
 disk       measured: bytes the environment's processes wrote to storage, from the kernel's
            per-process I/O accounting (``write_bytes`` of the live processes in
            ``/proc/<pid>/io``; for the reaped ones, their reapers' ``getrusage`` output
