@@ -90,6 +90,8 @@ class Root:
         spare's init does it): the root tmpfs, ``/tmp``, the host's system, ``/dev``, ``/proc``."""
         self.mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates back to the host
         self.tmpfs(self.stage, ROOT_TMPFS)
+        if not os.path.ismount(self.stage):  # never build on the host's own folder
+            raise _walls.SetupError(f"the root's tmpfs is not mounted at {self.stage}")
         for path in EMPTY_DIRS:
             os.makedirs(self.inside(path), exist_ok=True)
         self.tmpfs(self.inside("/tmp"), "size=1m,mode=1777")  # first: a read-only path may be in it; sized later
