@@ -121,14 +121,8 @@ class Server:
             for fd in (to_child_w, frames_r, stray_r, pidfd):
                 os.close(fd)
 
-    def reap(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+    def reap(self, wake_fd):
+        for pid, status in _walls.ended_children(wake_fd):
             code = os.waitstatus_to_exitcode(status)
             if pid in self.slots:
                 self.free_slots.append(self.slots.pop(pid))
@@ -148,11 +142,7 @@ class Server:
         self.leftover = keep
 
     def serve(self):
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        wake_r = _walls.watch_children()
         selector = selectors.DefaultSelector()
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(wake_r, selectors.EVENT_READ, "child")
@@ -166,13 +156,7 @@ class Server:
                     request = msgpack.unpackb(data)
                     if request.get("op") == "spawn":
                         self.spawn(request["id"])
-                else:
-                    try:
-                        while os.read(wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-            self.reap()
+            self.reap(wake_r)
             if self.leftover:
                 self.remove_leftovers()
 

@@ -96,6 +96,37 @@ def die(message):
         os._exit(SETUP_FAILED)
 
 
+def watch_children():
+    """``SIGCHLD`` as a readable descriptor (the read end of a non-blocking pipe the signal
+    writes a byte to): what a selector loop waits on to reap its children. Code Mode's fork
+    server and Episode environments' processes use it."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r
+
+
+def ended_children(wake_fd):
+    """Empty ``wake_fd`` (from :func:`watch_children`), then reap: ``[(pid, wait status)]``
+    of every child that ended."""
+    try:
+        while os.read(wake_fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+    ended = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.append((pid, status))
+
+
 def orphan_guard(parent=None, alive_fd=None):
     """Die with the parent (a sandbox never outlives whoever holds it): from now on by the
     parent-death signal, and now if the parent already died — seen as a changed parent pid
@@ -109,6 +140,19 @@ def orphan_guard(parent=None, alive_fd=None):
         os.close(alive_fd)
         if readable:  # end of file: the parent's end is closed, so the parent is gone
             os._exit(SETUP_FAILED)
+
+
+def drop_capabilities(lib):
+    """No capability anywhere, now or after an exec: the bounding and ambient sets
+    emptied, then the permitted, effective and inheritable ones. The creator of a user
+    namespace holds every capability inside it, and a uid change there does not clear
+    them (its uid 0 is not mapped); Episode environments' inits use it too."""
+    for cap in range(64):
+        lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
+    lib.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(lib.capset(header, data), "capset")
 
 
 class Launch:
@@ -312,17 +356,7 @@ class Launch:
             raise SetupError("user namespace: the reaper could not write the id maps")
         os.setresgid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
         os.setresuid(INSIDE_ID, INSIDE_ID, INSIDE_ID)
-        self._drop_capabilities()
-
-    def _drop_capabilities(self):
-        """No capability anywhere: the creator of a user namespace holds them all inside
-        it, and a uid change there does not clear them (its uid 0 is not mapped)."""
-        for cap in range(64):
-            self.libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: fine
-        self.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
-        data = (ctypes.c_uint32 * 6)()
-        _check(self.libc.capset(header, data), "capset")
+        drop_capabilities(self.libc)
 
     def _program(self, to_reaper, from_reaper, program_main):
         """Runs in the program process: drop everything, then run the program (or report)."""

@@ -120,6 +120,12 @@ def library_dirs() -> list[str]:
     return _library_dirs()
 
 
+def sonames() -> dict[str, str]:
+    """The paths of the C library and libseccomp, resolved once here: the trusted entry
+    points (Code Mode's and Episode environments') cannot run ``ldconfig`` behind walls."""
+    return _sonames()
+
+
 OUTSIDE_RANGE = (200_000, 4096)
 """The outside uids (and gids) a root host gives its runs, one each while it runs: the
 kernel's per-user counts (timers, pipes, pending signals) are then a run's own."""

@@ -1,0 +1,349 @@
+"""An environment's commands, as its init runs them: where each is born, what stops it, what
+it returns.
+
+A top-level module of the init (``_server.py`` owns the loop and the clients; this, what a
+``run`` request sets going). For each command:
+
+- a tracking slot (a cgroup: killing it kills all the command started, however it forked,
+  detached or renamed itself): the spawner's own slot again whenever nothing is left running
+  in it, else another, which the spawner moves to first;
+- one pipe for its stdout and stderr, drained as it comes (what is past ``max_output`` is
+  read and dropped, so the command never blocks on it);
+- the spawner (:mod:`_spawner`) spawns ``bash -c`` in the slot and says its pid, then its
+  exit; if the spawner dies (a command killed it, the OOM killer) or is stopped, the init
+  forks another and reaps the orphans itself;
+- its end is its ``bash`` exiting (what it left running keeps running in its slot until the
+  environment ends, unless a bound or the wall killed the slot): the pipe is drained of what
+  is already written, and the result sent with the bound that stopped it, if one did;
+- the wall (``timeout_s``), cancellation, a client's going away and the bounds
+  (:mod:`_meter`) kill its slot.
+"""
+
+import errno
+import os
+import signal
+import socket
+import time
+
+import msgpack
+
+import _wire
+from _meter import WATCH_S
+from _spawner import Spawner
+
+SPAWN_TIMEOUT_S = 5.0
+"""How long the spawner may take to say a command's pid (it takes a millisecond): past it, it
+is stopped or wedged, and the init kills it and forks another."""
+
+PIPE_BYTES = 1 << 16
+
+# what one wake-up of the init's loop handles first: finishing commands before starting new
+# ones keeps the slowest of 32 concurrent commands close to the median
+REAP, SPAWNER, OUTPUT, CLIENT = 0, 1, 2, 3
+
+
+def refused(bound):
+    """The result of a command a bound stopped before it started."""
+    return {"exit_code": None, "output": b"", "truncated": False, "signal": None, "bound": bound}
+
+
+class Command:
+    __slots__ = ("connection", "request", "number", "slot", "pid", "pipe", "chunks", "size", "limit", "truncated",
+                 "sent", "deadline", "before", "status", "bound")
+
+    def __init__(self, connection, request, number, slot, limit, deadline, before):
+        self.connection, self.request, self.number, self.slot, self.limit = connection, request, number, slot, limit
+        self.sent, self.deadline, self.before = time.monotonic(), deadline, before
+        self.pid = self.pipe = self.status = self.bound = None
+        self.chunks, self.size, self.truncated = [], 0, False
+
+    def take(self, data):
+        room = self.limit - self.size
+        if len(data) > room:
+            self.truncated = True
+            data = data[:max(room, 0)]
+        if data:
+            self.chunks.append(data)
+            self.size += len(data)
+
+    def result(self):
+        status = self.status if self.status is not None else signal.SIGKILL
+        signal_number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) and self.bound is None else None
+        return {"exit_code": exit_code, "output": b"".join(self.chunks), "truncated": self.truncated,
+                "signal": signal_number, "bound": self.bound}
+
+
+class Commands:
+    """The init's commands (see the module docs). ``watch(fd, priority, handler)`` and
+    ``forget(fd)`` are the loop's; ``inherited()`` the descriptors a spawner closes."""
+
+    def __init__(self, *, watch, forget, inherited, cgroups, meter, env, workspace):
+        self.watch, self.forget, self.inherited = watch, forget, inherited
+        self.cgroups, self.meter, self.env, self.workspace = cgroups, meter, env, workspace
+        self.commands = {}          # spawn number -> Command, until its bash is reaped
+        self.by_pid = {}            # bash pid -> Command
+        self.numbers = iter(range(1 << 62))
+        self.free_slots, self.lingering, self.next_slot = [0], [], 1
+        self.spawner_slot = 0  # where the spawner is (the slot of the last command it spawned)
+        self.next_watch = 0.0
+        self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
+        self.spawner = self.spawner_pid = None
+
+    def cancel(self, connection, request):
+        command = connection.commands.get(request)
+        if command is not None:
+            self.kill(command, command.bound)
+
+    def abandon(self, connection):
+        """Its client went away: its commands are killed."""
+        for command in list(connection.commands.values()):
+            self.kill(command, command.bound)
+
+    def reaped(self, pid, status):
+        """The init reaped ``pid``: the command it was, if its spawner died."""
+        command = self.by_pid.pop(pid, None)
+        if command is not None:
+            self._finish(command, status)
+
+    def start(self, connection, request, message):
+        text, timeout_s = message["command"], float(message["timeout_s"])
+        limit = min(int(message.get("max_output", 65536)), _wire.MAX_DATA)
+        if not isinstance(text, str) or len(text.encode()) > _wire.MAX_COMMAND or not timeout_s > 0 or limit < 0:
+            raise ValueError("a command is a string of at most 128 KiB, timeout_s positive, max_output at least 0")
+        spent = self.meter.check_life(full=False)
+        if spent is not None:
+            connection.send(_wire.ok(request, refused(spent)))
+            return
+        cwd = message.get("cwd")
+        folder = self.workspace.directory(cwd) if cwd else os.dup(self.workspace.fd)
+        slot = self._take_slot()
+        command = Command(connection, request, next(self.numbers), slot, limit, time.monotonic() + timeout_s,
+                          self.meter.events())
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        command.pipe = read_end
+        connection.commands[request] = command
+        self.commands[command.number] = command
+        self._due(self._next_times(command))
+        self.watch(read_end, OUTPUT, lambda mask, c=command: self._output(c))
+        try:
+            socket.send_fds(self.spawner, [msgpack.packb(
+                {"n": command.number, "command": text, "slot": slot},
+                use_bin_type=True)], [write_end, folder])
+        except OSError:
+            self._spawner_lost()  # it just died (the OOM killer, or a command): this command ends killed
+        finally:
+            os.close(write_end)
+            os.close(folder)
+
+    def _spawner_event(self, _mask):
+        try:
+            data = self.spawner.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._spawner_lost()
+            return
+        message = msgpack.unpackb(data, raw=False)
+        if "exit" in message:
+            self.meter.spawner_usage(self.spawner_pid, *message["usage"])
+            command = self.by_pid.pop(message["exit"], None)
+            if command is not None:
+                self._finish(command, message["status"])
+            return
+        command = self.commands.get(message.get("n"))
+        if command is None:
+            return
+        if "pid" in message:
+            command.pid = message["pid"]
+            self.by_pid[command.pid] = command
+            if command.bound is not None:
+                self.kill(command, command.bound)  # killed before its pid was known
+        else:  # it could not start: EAGAIN is the processes bound
+            command.bound = "processes" if message.get("errno") == errno.EAGAIN else None
+            if command.bound is None:
+                command.connection.send(_wire.error(command.request, "ENV_REQUEST",
+                                                    f"cannot start bash: {message.get('error')}"))
+                self._discard(command)
+            else:
+                self._finish(command, None)
+
+    def fork_spawner(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            for fd in self.inherited():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            try:
+                Spawner(theirs, self.cgroups, self.env).run(self.spawner_slot, self.workspace.lib)
+            finally:
+                os._exit(1)
+        theirs.close()
+        ours.setblocking(False)
+        self.spawner, self.spawner_pid = ours, pid
+        self.watch(ours.fileno(), SPAWNER, self._spawner_event)
+
+    def _spawner_lost(self):
+        """The spawner died (a command killed it, or the OOM killer: it is in the bounded
+        cgroup, and a fork of the init looks big there): its commands whose pid it never
+        told end killed, the rest the init reaps itself; another is forked."""
+        if self.spawner.fileno() < 0:
+            return
+        self.forget(self.spawner.fileno())
+        self.spawner.close()
+        self.meter.spawner_gone()
+        for command in list(self.commands.values()):
+            if command.pid is None:
+                self.kill(command, command.bound)
+                self._finish(command, None)
+        self.fork_spawner()
+
+    def _replace_spawner(self):
+        """Kill the spawner and fork another: it is stopped or wedged (a command may stop it:
+        the same uid); its commands are then the init's to reap."""
+        try:
+            os.kill(self.spawner_pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._spawner_lost()
+
+    def _spawner_stopped(self):
+        try:
+            with open(f"/proc/{self.spawner_pid}/stat") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
+    def _output(self, command):
+        try:
+            data = os.read(command.pipe, PIPE_BYTES)
+        except BlockingIOError:
+            return
+        if data:
+            command.take(data)
+        else:
+            self._close_pipe(command)
+
+    def _close_pipe(self, command):
+        if command.pipe is not None:
+            try:
+                while data := os.read(command.pipe, PIPE_BYTES):  # what is already written
+                    command.take(data)
+            except BlockingIOError:
+                pass
+            self.forget(command.pipe)
+            os.close(command.pipe)
+            command.pipe = None
+
+    def _finish(self, command, status):
+        command.status = status
+        self._close_pipe(command)
+        if command.bound is None:
+            command.bound = self.meter.event_bound(command.before) or self.meter.check_life(full=False)
+            if command.bound is not None and self.cgroups is not None:
+                self.cgroups.kill_slot(command.slot, self.spawner_pid)  # what it left running goes with it
+        command.connection.send(_wire.ok(command.request, command.result()))
+        self._discard(command)
+
+    def _discard(self, command):
+        self._close_pipe(command)
+        self.commands.pop(command.number, None)
+        self.by_pid.pop(command.pid, None)
+        command.connection.commands.pop(command.request, None)
+        self._release_slot(command.slot)
+
+    def kill(self, command, bound):
+        """Kill everything ``command`` started (its slot; without cgroups, its session)."""
+        command.bound = command.bound or bound
+        if self.cgroups is not None:
+            self.cgroups.kill_slot(command.slot, self.spawner_pid)
+        elif command.pid is not None:
+            try:
+                os.killpg(command.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def timeout(self):
+        return -1 if self.wake_at is None else max(0.0, self.wake_at - time.monotonic())
+
+    def _due(self, when):
+        """Wake the loop by ``when`` (the time of a wall, a spawn's timeout, a measure)."""
+        self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+    def _next_times(self, command):
+        """When ``command`` next needs the loop: its wall, its spawn's timeout, a measure."""
+        times = [command.deadline, max(self.next_watch, command.sent + WATCH_S)]
+        if command.pid is None:
+            times.append(command.sent + SPAWN_TIMEOUT_S)
+        return min(times)
+
+    def on_time(self):
+        """What is due: walls, a wedged spawner, the measure of what runs long. Only when
+        something is (commands are scanned then, not on every event: with 32 running, a
+        scan per event cost a quarter of the init's time)."""
+        now = time.monotonic()
+        if self.wake_at is None or now < self.wake_at:
+            return
+        self.wake_at = None
+        if any(c.pid is None and now - c.sent > SPAWN_TIMEOUT_S for c in self.commands.values()):
+            self._replace_spawner()
+        for command in list(self.commands.values()):
+            if now >= command.deadline and command.bound is None:
+                self.kill(command, "wall")
+        if now >= self.next_watch and (self.lingering or any(now - c.sent >= WATCH_S for c in self.commands.values())):
+            # only what runs longer than a tick is measured while it runs (a short command is
+            # measured at its end): reading /proc each tick would slow the quick ones
+            self.next_watch = now + WATCH_S
+            self._measure()
+        for command in self.commands.values():  # a killed one waits for its exit, watched: its spawner may be stopped
+            self._due(self._next_times(command) if command.bound is None else max(self.next_watch, now + WATCH_S))
+        if self.lingering:
+            self._due(self.next_watch)
+
+    def _measure(self):
+        if self.commands and self._spawner_stopped():
+            self._replace_spawner()
+        spent = self.meter.check_life(full=True)
+        if spent is not None or self.meter.new_refusals():
+            for slot in self.lingering:  # a fork bomb may have outlived the command that set it off
+                self.cgroups.kill_slot(slot, self.spawner_pid)
+        if spent is not None:
+            for command in list(self.commands.values()):
+                self.kill(command, spent)
+            return
+        for command in list(self.commands.values()):
+            bound = self.meter.event_bound(command.before)
+            if bound is None and self.meter.too_many_processes():
+                bound = "processes"
+            if bound is not None and command.bound is None:
+                self.kill(command, bound)
+
+    def _take_slot(self):
+        """The slot for a new command: the spawner's own when it is free (no cgroup move);
+        else another (free, or new), which the spawner moves to before spawning."""
+        if self.spawner_slot in self.free_slots:
+            self.free_slots.remove(self.spawner_slot)
+            return self.spawner_slot
+        if not self.free_slots and self.lingering and self.cgroups is not None:
+            still = [s for s in self.lingering if self.cgroups.slot_busy(s, self.spawner_pid)]
+            self.free_slots += [s for s in self.lingering if s not in still]
+            self.lingering = still
+        if self.free_slots:
+            self.spawner_slot = self.free_slots.pop()
+        else:
+            self.spawner_slot, self.next_slot = self.next_slot, self.next_slot + 1
+        return self.spawner_slot
+
+    def _release_slot(self, slot):
+        if self.cgroups is not None and self.cgroups.slot_busy(slot, self.spawner_pid):
+            self.lingering.append(slot)
+            self._due(self.next_watch)
+        else:
+            self.free_slots.append(slot)
