@@ -14,6 +14,7 @@ import itertools
 import urllib.parse
 from typing import Any
 
+from ..core.within import within
 from . import _wire
 from .contract import CommandResult, DiskBoundError, EnvironmentGoneError, EnvironmentStartError, EnvPathError
 
@@ -134,7 +135,7 @@ class EnvClient:
             hello = link.expect(0)
             link.send({"op": "hello", "secret": self._secret})
             try:
-                answer = await asyncio.wait_for(hello, FILE_TIMEOUT_S)
+                answer = await within(hello, FILE_TIMEOUT_S)
             except (EnvironmentGoneError, asyncio.TimeoutError):
                 link.close()
                 raise EnvironmentGoneError(f"environment {self.id!r} refused this address") from None

@@ -41,7 +41,8 @@ async def _upstream(host, port):
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, address), CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):  # a top-level module here: no core.within
+                await loop.sock_connect(sock, address)
             return sock
         except (OSError, asyncio.TimeoutError):
             sock.close()

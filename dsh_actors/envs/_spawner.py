@@ -2,7 +2,7 @@
 
 Forked by the init once every wall is up (so it has them all, and can only add to them);
 a top-level module of the trusted processes. It joins the environment's bounded cgroup
-(``box``) for good, and a tracking slot. Asked by the init, it ``posix_spawn``\ s the command
+(``box``) for good, and a tracking slot. Asked by the init, it ``posix_spawn``-s the command
 right where it is (``vfork`` and ``exec``: nothing is copied), first moving to the slot the
 init named if that is another (only when commands overlap, or the last one left a process
 behind: a cgroup move after an idle spell waits for an RCU grace period, about 8 ms on

@@ -54,6 +54,7 @@ import signal as signals
 import sys
 from typing import Any, Iterable, Sequence
 
+from ..core.within import within
 from . import _cgroups, _folder, _wire
 from ._client import EnvClient, connect, format_address
 from ._parent import Started, WarmParent, launch_config, run_probe
@@ -241,8 +242,8 @@ class NativeBackend:
         self._environments[env_id] = None
         try:
             async with self._starting:
-                environment = await asyncio.wait_for(self._start(env_id, spec, workspace, mechanisms),
-                                                     self.start_timeout_s)
+                environment = await within(self._start(env_id, spec, workspace, mechanisms),
+                                                self.start_timeout_s)
         except asyncio.TimeoutError:
             self._environments.pop(env_id, None)
             raise EnvironmentStartError(f"environment {env_id!r} did not start in {self.start_timeout_s} s") from None
@@ -427,7 +428,7 @@ async def _exited(pidfd: int, timeout_s: float) -> None:
     gone: asyncio.Future[None] = loop.create_future()
     loop.add_reader(pidfd, _resolve, gone)
     try:
-        await asyncio.wait_for(gone, timeout_s)
+        await within(gone, timeout_s)
     except asyncio.TimeoutError:
         pass
     finally:

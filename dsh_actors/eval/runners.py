@@ -114,6 +114,7 @@ class EpisodeRunnerCore(FlushesSpans):
         self._models: dict[ModelConfig, ChatModel] = {}  # one client per endpoint config of the job
         self._template: Path | None = None
         self._unpacking: asyncio.Future[Path] | None = None
+        self._claim: int | None = None  # the lock that says this job still works in its node folder
 
     def ready(self) -> str:
         """The id of the node this runner is on."""
@@ -131,7 +132,7 @@ class EpisodeRunnerCore(FlushesSpans):
                 root = Path(self._files.root)
                 into = root / "templates" / node_folder() / uuid.uuid4().hex[:8]
                 if not self._files.shared:  # this node's job folder is ours; a killed job's is reaped
-                    await asyncio.to_thread(claim, root, _this_job())
+                    self._claim = await asyncio.to_thread(claim, root, _this_job())
                     await asyncio.to_thread(reap, root.parent, root, _alive_jobs)
                 await asyncio.to_thread(unpack_folder, data, into)
                 return into
@@ -193,6 +194,9 @@ class EpisodeRunnerCore(FlushesSpans):
             await chat.close()
         if not self._files.shared:
             await asyncio.to_thread(tidy, Path(self._files.root), node_folder(), self._ship_logs)
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
 
 
 def _unreported(runner: _Runner, batch: list[Work]) -> list[Work]:

@@ -7,15 +7,20 @@ until it is sent back). An episode's workspace goes when the episode ends unless
 keeps it (``--keep-workspaces``); when the job ends its runners remove the rest of their
 node's (:func:`tidy`), so a clean job leaves only the workspaces it kept.
 
-A job whose driver was killed tidies nothing. So every job's first runner on a node claims
-its folder (:func:`claim`: the Ray job that owns it) and reaps its neighbours
-(:func:`reap`): a folder whose job is no longer alive loses everything but its workspaces
-at once, and its workspaces once they are older than ``KEEP_S`` — a kept workspace is
-kept that long, then nothing of a job is left.
+A job whose driver was killed tidies nothing. So every runner on a node claims its job's
+folder (:func:`claim`: it names the Ray job that owns it, and the runner holds a shared
+lock on that mark for as long as it lives) and reaps its neighbours (:func:`reap`): a
+folder whose job is no longer alive loses everything but its workspaces at once, and its
+workspaces once they are older than ``KEEP_S`` — a kept workspace is kept that long, then
+nothing of a job is left. Two tests decide that a job is gone: no process holds its lock
+(the kernel drops a killed runner's), and its cluster does not list it as running. The
+lock is what protects a job of another Ray cluster that shares this machine's scratch
+folder, which this cluster cannot see.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import time
@@ -31,12 +36,27 @@ look at a failed episode, short enough that a fleet's disks do not fill)."""
 _OWNER = "job"
 
 
-def claim(root: Path, job_id: str) -> None:
-    """Mark ``root`` (this job's folder on this node) as this job's."""
-    root.mkdir(parents=True, exist_ok=True)
+def claim(root: Path, job_id: str) -> int:
+    """Mark ``root`` (this job's folder on this node) as this job's; the descriptor that
+    holds the claim (close it when this process no longer works in the folder; its death
+    closes it too)."""
     owner = root / _OWNER
-    if not owner.exists():
-        owner.write_text(job_id)
+    while True:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(owner, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # a reaper removed the folder meanwhile
+            continue
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a reaper holds the mark
+        try:
+            if os.fstat(fd).st_ino == os.stat(owner).st_ino:  # still the mark at that path
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the reaper removed the mark this locked: claim the new one
+    if os.fstat(fd).st_size == 0:
+        os.pwrite(fd, job_id.encode(), 0)
+    return fd
 
 
 def tidy(root: Path, node: str, logs_sent: bool) -> None:
@@ -54,22 +74,54 @@ def reap(parent: Path, ours: Path, alive: Callable[[Iterable[str]], set[str]], n
     workspaces past ``KEEP_S``; the folders removed or trimmed."""
     now = time.time() if now is None else now
     folders = [p for p in _children(parent) if p != ours and (p / _OWNER).is_file()]
-    owners = {p: (p / _OWNER).read_text().strip() for p in folders}
+    owners = {p: _read(p / _OWNER) for p in folders}
     living = alive(set(owners.values()))
     touched = []
     for folder, owner in owners.items():
         if owner in living:
             continue
-        for child in _children(folder):
-            if child.name == "workspaces":
-                for workspace in (w for node in _children(child) for w in _children(node)):
-                    if now - _mtime(workspace) > KEEP_S:
-                        shutil.rmtree(workspace, ignore_errors=True)
-            elif child.name != _OWNER:
-                shutil.rmtree(child, ignore_errors=True)
-        _prune_empty(folder, keep_owner=False)
-        touched.append(folder)
+        try:
+            fd = os.open(folder / _OWNER, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a runner of it still works here (another cluster's job)
+                continue
+            _reap_one(folder, now)
+            touched.append(folder)
+        finally:
+            os.close(fd)
     return touched
+
+
+def _reap_one(folder: Path, now: float) -> None:
+    """Remove what a dead job left in ``folder`` (its mark locked by the caller): all but
+    its workspaces, those past ``KEEP_S``, and the folder once nothing else is left."""
+    for child in _children(folder):
+        if child.name == "workspaces":
+            for workspace in (w for node in _children(child) for w in _children(node)):
+                if now - _mtime(workspace) > KEEP_S:
+                    shutil.rmtree(workspace, ignore_errors=True)
+        else:
+            shutil.rmtree(child, ignore_errors=True)
+    _prune_empty(folder)
+    if [p.name for p in folder.iterdir()] == [_OWNER]:  # (the caller holds it open: folder is there)
+        # Only ever rmdir: a restarted runner of this job may be making the folder anew
+        # (it finds the mark it waited on unlinked and claims a new one).
+        os.unlink(folder / _OWNER)
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _children(folder: Path) -> list[Path]:
@@ -86,15 +138,11 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _prune_empty(root: Path, keep_owner: bool = True) -> None:
-    """Remove the empty folders under ``root`` (and ``root`` itself, once nothing but its
-    owner mark is left, unless ``keep_owner``)."""
+def _prune_empty(root: Path) -> None:
+    """Remove the empty folders under ``root``."""
     for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
         if folder != str(root):
             try:
                 os.rmdir(folder)
             except OSError:
                 pass
-    left = [p.name for p in root.iterdir()] if root.is_dir() else []
-    if not keep_owner and left in ([], [_OWNER]):
-        shutil.rmtree(root, ignore_errors=True)

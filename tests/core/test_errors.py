@@ -83,7 +83,9 @@ def _every_harness_error():
     import dsh_actors
 
     for module in pkgutil.walk_packages(dsh_actors.__path__, "dsh_actors."):
-        if not module.name.endswith("__main__") and ".codemode._" not in module.name:
+        # private modules of codemode and envs run as top-level modules of other processes
+        if not module.name.endswith("__main__") and not any(f".{layer}._" in module.name
+                                                            for layer in ("codemode", "envs")):
             importlib.import_module(module.name)
     found, stack = [], list(HarnessError.__subclasses__())
     while stack:
