@@ -77,7 +77,8 @@ def test_injected_infrastructure_failures_are_flagged_retried_and_broken_off_and
     # Early, while episodes run (the breaker keeps calls, and so markers, away while it is open).
     killer = WhenMarked(marks, 150, lambda: [os.kill(ray.get(r.pid.remote(), timeout=30), signal.SIGKILL)
                                                        for r in _runners("faults")[:1]], within_s=300)
-    episodes = [{"id": f"ep-{i:04d}", "limits": {"tool_timeout_s": 1.0},
+    # A deadline far above a trivial call even on a loaded machine, far below a hang.
+    episodes = [{"id": f"ep-{i:04d}", "limits": {"tool_timeout_s": 5.0},
                  "turns": [{"calls": [{"name": "svc", "arguments": {"n": n}}]} for n in range(2)]}
                 for i in range(EPISODES)]
 
