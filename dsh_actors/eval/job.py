@@ -422,15 +422,16 @@ def _said(content: Any, limit: int = 2000) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
 
 
-def _workspace_of(log: Path) -> Path | None:
-    """The workspace the episode of a run folder's ``log`` worked in, when it is on this
-    machine (its report says where the run kept it)."""
+def _kept_workspace(log: Path) -> tuple[Path | None, str | None]:
+    """Where the run kept the workspace of the episode of a run folder's ``log``, and the
+    node it is on (its report says; ``None`` when the job did not keep it)."""
     report = log.resolve().parent.parent / "reports" / f"{log.stem}.json"
     try:
-        where = json.loads(report.read_text()).get("workspace")
+        fields = json.loads(report.read_text())
+        where, node = fields.get("workspace"), fields.get("node")
     except (OSError, ValueError, AttributeError):
-        return None
-    return Path(where) if isinstance(where, str) and Path(where).is_dir() else None
+        return None, None
+    return (Path(where) if isinstance(where, str) else None), (node if isinstance(node, str) else None)
 
 
 def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str, str | None]:
@@ -441,7 +442,9 @@ def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str
     from ..log import scan_log
 
     scan = scan_log(Path(path).read_bytes(), path, recover_after=True)
-    root = str(workspace or _workspace_of(Path(path)) or Path(path).resolve().parent)
+    kept, node = _kept_workspace(Path(path))
+    here = kept if kept is not None and kept.is_dir() else None
+    root = str(workspace or here or Path(path).resolve().parent)
     tools = {d.name: d for d in reference_tools(root)}
     parts = []
     for events in (scan.records, scan.after):
@@ -469,4 +472,7 @@ def show_log(path: str | Path, workspace: str | Path | None = None) -> tuple[str
                 parts.append(f"  ↳ {mark} {event['name']}({args}) — {event['result_summary']}")
         if events is scan.records and scan.damaged:
             parts.append(f"!! damaged bytes {scan.end}-{scan.resumes_at}: events there are lost")
+    if kept is not None:
+        place = "on this machine" if here is not None else f"on node {node or '(unknown)'}, not here"
+        parts.append(f"· workspace kept at {kept} ({place})")
     return "\n".join(parts), (scan.describe(path) if scan.damaged or scan.torn_bytes else None)

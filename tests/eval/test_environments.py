@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from dsh_actors.eval.job import run_episodes
+from dsh_actors.eval.job import run_episodes, show_log
+from dsh_actors.eval.run_folder import write_reports
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -167,3 +168,9 @@ def test_keep_workspaces_decides_what_stays_on_disk_and_the_rest_of_the_job_fold
     job_folders = list((tmp_path / "dsh-actors-jobs").iterdir())  # (the logs were sent to --out)
     leftovers = {p.relative_to(tmp_path).parts[2] for folder in job_folders for p in folder.rglob("*") if p.is_file()}
     assert leftovers <= {"job", "workspaces"}, leftovers  # the template copies and logs are gone
+    # `show` points at a kept workspace (the report says where; this test's node is this machine).
+    (tmp_path / "out" / "reports").mkdir()
+    write_reports(tmp_path / "out" / "reports", list(reports.values()))  # as the job's run folder does
+    for report in reports.values():
+        shown, _ = show_log(tmp_path / "out" / "logs" / f"{report.id}.log")
+        assert (f"· workspace kept at {report.workspace} (on this machine)" in shown) == (report.id in left), shown

@@ -59,3 +59,18 @@ def test_a_file_that_is_not_a_log_is_one_line_and_exits_2(tmp_path, capsys):
     _, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "bad header" in lines[0] and "missing.log" in lines[1]
+
+
+@pytest.mark.timeout(T)
+def test_a_workspace_kept_on_another_node_is_named_with_its_node(tmp_path, capsys):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "reports").mkdir()
+    write_log(tmp_path / "logs" / "e1.log")
+    gone = tmp_path / "elsewhere" / "e1"  # not on this machine
+    (tmp_path / "reports" / "e1.json").write_text(f'{{"id": "e1", "workspace": "{gone}", "node": "node-b"}}')
+    assert main(["show", str(tmp_path / "logs" / "e1.log")]) == 0
+    out, _ = capsys.readouterr()
+    assert f"· workspace kept at {gone} (on node node-b, not here)" in out
+    gone.mkdir(parents=True)  # now it is here
+    assert main(["show", str(tmp_path / "logs" / "e1.log")]) == 0
+    assert f"· workspace kept at {gone} (on this machine)" in capsys.readouterr().out
