@@ -5,7 +5,7 @@ translates Ray's failures into results with stable codes at one boundary.
 """
 
 from .client import AgentScope, Disposer, Plugin, ToolRegistry
-from .envhost import AgentEnvironments, end_environment, start_environment
+from .envhost import AgentEnvironments, agent_environment, end_environment, start_environment
 from .errors import (
     ExecutionCancelledError,
     ObjectLostError,
@@ -41,6 +41,7 @@ __all__ = [
     "ToolRegistry",
     "WorkerCrashedError",
     "actor_listener",
+    "agent_environment",
     "agent_step",
     "end_environment",
     "ensure_ray",

@@ -18,10 +18,11 @@ run again) ends the old one first: a rerun never shares its workspace with its d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -35,8 +36,8 @@ from .revive import live_actor_async
 from .routes import this_node
 from .wire import DEFAULT_NAMESPACE, agent_session
 
-__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "env_id_of", "end_environment",
-           "start_environment"]
+__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment", "env_id_of",
+           "end_environment", "start_environment"]
 
 log = logging.getLogger("dsh_actors.runtime")
 
@@ -177,6 +178,23 @@ async def end_environment(session_id: str) -> None:
             await (await _host(node)).end.remote(env_id_of(session_id))
         except ACTOR_GONE:
             pass  # the host died: its environments with it
+
+
+@contextlib.asynccontextmanager
+async def agent_environment(registry: Any, agent_id: str, spec: EnvSpec) -> AsyncIterator[str]:
+    """A Python driver's episode environment: ``agent_id``'s environment in ``registry`` (a
+    :class:`~dsh_actors.runtime.ToolRegistry`), started on this process's node for the
+    ``async with`` block and ended after it, every process in it killed (also when this
+    process dies). The calls the agent makes meanwhile through tools built with
+    :class:`AgentEnvironments` act inside it; the block's value is the environment's id.
+    Raises :class:`~dsh_actors.envs.EnvironmentUnavailableError` (``ENV_UNAVAILABLE``) on a
+    node that cannot make one, saying what is missing."""
+    session_id = registry.session_id(agent_id)
+    env_id = await start_environment(session_id, spec)
+    try:
+        yield env_id
+    finally:
+        await end_environment(session_id)
 
 
 class AgentEnvironments:
