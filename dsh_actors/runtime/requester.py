@@ -3,9 +3,11 @@
 A shared actor (the approval queue, a fleet limiter) keeps requests waiting for their
 callers; Ray does not tell it when a caller's process dies, so a waiting request would
 outlive its call — an ask someone could still allow, a slot granted to nobody. A request
-names its process (:func:`requester`: its actor handle and the incarnation its
-``alive`` method answers); the actor asks now and then (:func:`still_there`) and drops
-the requests of processes that are gone or were restarted.
+names its process (:func:`requester`: its actor handle and this process's incarnation);
+the actor asks now and then (:func:`still_there`) and drops the requests of processes that
+are gone or were restarted. The question goes through ``__ray_call__``, which every actor
+has, so any actor can make a request (an episode runner, a scope host, an executor) —
+not only those that define a probe of their own.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ def requester() -> tuple[Any, str] | None:
         return None
 
 
+def _incarnation(actor: Any) -> str:
+    """(Run in the asked actor's process by ``__ray_call__``.)"""
+    return PROCESS_INCARNATION
+
+
 async def still_there(handle: Any, incarnation: str) -> bool:
     """Whether the process that made a request still runs (its actor answers with the
-    same incarnation); unsure (slow, or another failure) counts as there."""
+    same incarnation); unsure (slow, or Ray's answer is not clear) counts as there."""
     try:
-        return await within(handle.alive.remote(), 30) == incarnation
+        return await within(handle.__ray_call__.remote(_incarnation), 30) == incarnation
     except ACTOR_GONE:
         return False
-    except Exception:  # noqa: BLE001 - slow or unsure: a later check decides
+    except (TimeoutError, ray.exceptions.RayError):  # slow or unsure: a later check decides
         return True

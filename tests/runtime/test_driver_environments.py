@@ -68,3 +68,38 @@ def test_a_driver_runs_its_agents_calls_in_an_environment_that_ends_with_its_blo
         assert env_id
     finally:
         registry.shutdown()
+
+
+@pytest.mark.parametrize("death", ["ray.kill", "SIGKILL"])
+def test_an_environment_ends_when_the_actor_that_started_it_dies(ray_cluster, tmp_path, death):
+    """Whatever actor started it (here one with no methods but its own, as an episode runner
+    is): the node's host sees it gone and ends its environment, every process in it."""
+    import ray
+
+    from dsh_actors.runtime.envhost import start_environment
+
+    marker = f"dsh-starter-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ws").mkdir()
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Starter:
+        async def start(self, workspace, command):
+            import types
+
+            await start_environment(f"starter-{marker}", EnvSpec(workspace=workspace))
+            places = AgentEnvironments(AgentWorkspaces(Path(workspace).parent))
+            done = await places.run(types.SimpleNamespace(agent=f"starter-{marker}"), command, timeout_s=20)
+            return os.getpid(), done.exit_code
+
+    starter = Starter.remote()
+    pid, code = ray.get(starter.start.remote(str(tmp_path / "ws"), f"(setsid bash -c 'exec -a {marker} sleep 300' &)"),
+                        timeout=60)
+    assert code == 0 and _processes_named(marker), "the sleeper should run in the environment"
+    if death == "ray.kill":
+        ray.kill(starter, no_restart=True)
+    else:
+        os.kill(pid, 9)
+    deadline = time.monotonic() + 20  # the host checks every 2 s
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_named(marker) == [], "the environment of a dead starter is still running"
