@@ -132,7 +132,7 @@ class EpisodeRunnerCore(FlushesSpans):
                 root = Path(self._files.root)
                 into = root / "templates" / node_folder() / uuid.uuid4().hex[:8]
                 if not self._files.shared:  # this node's job folder is ours; a killed job's is reaped
-                    self._claim = await asyncio.to_thread(claim, root, _this_job())
+                    self._claim = await asyncio.to_thread(claim, root, _this_job(), self._files.keep)
                     await asyncio.to_thread(reap, root.parent, root, _alive_jobs)
                 await asyncio.to_thread(unpack_folder, data, into)
                 return into

@@ -8,11 +8,12 @@ keeps it (``--keep-workspaces``); when the job ends its runners remove the rest 
 node's (:func:`tidy`), so a clean job leaves only the workspaces it kept.
 
 A job whose driver was killed tidies nothing. So every runner on a node claims its job's
-folder (:func:`claim`: it names the Ray job that owns it, and the runner holds a shared
-lock on that mark for as long as it lives) and reaps its neighbours (:func:`reap`): a
-folder whose job is no longer alive loses everything but its workspaces at once, and its
-workspaces once they are older than ``KEEP_S`` — a kept workspace is kept that long, then
-nothing of a job is left. Two tests decide that a job is gone: no process holds its lock
+folder (:func:`claim`: it names the Ray job that owns it and what that job keeps, and the
+runner holds a shared lock on that mark for as long as it lives) and reaps its neighbours
+(:func:`reap`): a folder whose job is no longer alive loses everything but its workspaces
+at once, and its workspaces once they are older than ``KEEP_S`` — a kept workspace (and
+one a killed job's episode was working in, unless that job kept none) is kept that long,
+then nothing of a job is left. Two tests decide that a job is gone: no process holds its lock
 (the kernel drops a killed runner's), and its cluster does not list it as running. The
 lock is what protects a job of another Ray cluster that shares this machine's scratch
 folder, which this cluster cannot see.
@@ -36,10 +37,10 @@ look at a failed episode, short enough that a fleet's disks do not fill)."""
 _OWNER = "job"
 
 
-def claim(root: Path, job_id: str) -> int:
-    """Mark ``root`` (this job's folder on this node) as this job's; the descriptor that
-    holds the claim (close it when this process no longer works in the folder; its death
-    closes it too)."""
+def claim(root: Path, job_id: str, keep: str = "failed") -> int:
+    """Mark ``root`` (this job's folder on this node) as this job's, which keeps ``keep``
+    workspaces (``--keep-workspaces``); the descriptor that holds the claim (close it when
+    this process no longer works in the folder; its death closes it too)."""
     owner = root / _OWNER
     while True:
         try:
@@ -55,7 +56,7 @@ def claim(root: Path, job_id: str) -> int:
             pass
         os.close(fd)  # the reaper removed the mark this locked: claim the new one
     if os.fstat(fd).st_size == 0:
-        os.pwrite(fd, job_id.encode(), 0)
+        os.pwrite(fd, f"{job_id}\n{keep}\n".encode(), 0)
     return fd
 
 
@@ -74,10 +75,10 @@ def reap(parent: Path, ours: Path, alive: Callable[[Iterable[str]], set[str]], n
     workspaces past ``KEEP_S``; the folders removed or trimmed."""
     now = time.time() if now is None else now
     folders = [p for p in _children(parent) if p != ours and (p / _OWNER).is_file()]
-    owners = {p: _read(p / _OWNER) for p in folders}
-    living = alive(set(owners.values()))
+    marks = {p: _read(p / _OWNER) for p in folders}
+    living = alive({owner for owner, _ in marks.values()})
     touched = []
-    for folder, owner in owners.items():
+    for folder, (owner, keep) in marks.items():
         if owner in living:
             continue
         try:
@@ -89,20 +90,21 @@ def reap(parent: Path, ours: Path, alive: Callable[[Iterable[str]], set[str]], n
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # a runner of it still works here (another cluster's job)
                 continue
-            _reap_one(folder, now)
+            _reap_one(folder, now, keeps=keep != "never")
             touched.append(folder)
         finally:
             os.close(fd)
     return touched
 
 
-def _reap_one(folder: Path, now: float) -> None:
+def _reap_one(folder: Path, now: float, keeps: bool) -> None:
     """Remove what a dead job left in ``folder`` (its mark locked by the caller): all but
-    its workspaces, those past ``KEEP_S``, and the folder once nothing else is left."""
+    its workspaces, those past ``KEEP_S`` (all of them if it ``keeps`` none), and the
+    folder once nothing else is left."""
     for child in _children(folder):
         if child.name == "workspaces":
             for workspace in (w for node in _children(child) for w in _children(node)):
-                if now - _mtime(workspace) > KEEP_S:
+                if not keeps or now - _mtime(workspace) > KEEP_S:
                     shutil.rmtree(workspace, ignore_errors=True)
         else:
             shutil.rmtree(child, ignore_errors=True)
@@ -117,11 +119,13 @@ def _reap_one(folder: Path, now: float) -> None:
             pass
 
 
-def _read(path: Path) -> str:
+def _read(path: Path) -> tuple[str, str]:
+    """A mark's job id and what that job keeps."""
     try:
-        return path.read_text().strip()
+        lines = path.read_text().split()
     except OSError:
-        return ""
+        lines = []
+    return (lines[0] if lines else ""), (lines[1] if len(lines) > 1 else "failed")
 
 
 def _children(folder: Path) -> list[Path]:

@@ -66,7 +66,17 @@ def test_a_runner_that_claims_while_a_reaper_removes_the_folder_waits_and_claims
     os.rmdir(folder)
     os.close(reaper)
     held = claimed.result(timeout=10)
-    assert (folder / "job").read_text() == "s/1"  # the folder made anew, and claimed
+    assert (folder / "job").read_text().split() == ["s/1", "failed"]  # the folder made anew, and claimed
     assert os.fstat(held).st_ino == os.stat(folder / "job").st_ino
     assert reap(parent, parent / "ours", lambda owners: set()) == []
     os.close(held)
+
+
+def test_a_killed_job_that_kept_no_workspaces_loses_its_episodes_workspaces_at_once(tmp_path):
+    parent = tmp_path / "dsh-actors-jobs"
+    dead = parent / "dead"
+    os.close(claim(dead, "s/2", "never"))  # its runner was killed mid-episode
+    (dead / "workspaces/n1/ep-7").mkdir(parents=True)
+    (dead / "workspaces/n1/ep-7/data.bin").write_bytes(b"x" * 1000)
+    assert reap(parent, parent / "ours", lambda owners: set()) == [dead]
+    assert not dead.exists()  # --keep-workspaces never: nothing waits for the TTL
