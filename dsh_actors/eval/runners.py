@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import math
 import os
+import random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,18 @@ CHUNK = 64
 
 RUNNER_LOST = "RUNNER_LOST"
 """What an episode failed by when no runner could finish it (termination ``runner_lost``)."""
+
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+"""An episode the infrastructure ended runs again after a pause: ``RETRY_FIRST_S`` before
+its second attempt, twice as long before each later one, at most ``RETRY_MAX_S``, each
+jittered down by up to half (so a dependency down for a stretch gets time to come back,
+and the episodes it failed together do not all come back at once)."""
+
+
+def retry_pause_s(attempt: int) -> float:
+    """How long the episode whose attempt ``attempt`` the infrastructure ended waits."""
+    return min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
 
 GATHER_S = 0.02
 """How long a runner lets reports and cards gather before it sends them back together (the
@@ -493,9 +506,18 @@ class RunnerFleet:
                                     reran=f"its attempt {work.attempt} ended on infrastructure "
                                           f"({report.termination['reason'] if report.termination else '?'})",
                                     earlier=(*work.earlier, earlier))
-        self._queues[self._home_of(work.episode.agent_id)].append(again)
+        task = asyncio.ensure_future(self._queue_later(again, retry_pause_s(work.attempt)))
+        self._drivers.add(task)
+        task.add_done_callback(self._drivers.discard)
         return {"superseded": item["report"], "log": item["log"], **({"log_name": item["log_name"]}
                                                                          if "log_name" in item else {})}
+
+    async def _queue_later(self, work: Work, pause_s: float) -> None:
+        await asyncio.sleep(pause_s)
+        self._queues[self._home_of(work.episode.agent_id)].append(work)
+        self._if_none_left()  # every runner died meanwhile: it fails, it does not wait for ever
+        async with self._changed:
+            self._changed.notify_all()
 
     def _if_none_left(self) -> None:
         """No runner alive and none coming: what is still queued can never run; fail it

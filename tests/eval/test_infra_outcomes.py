@@ -116,3 +116,66 @@ def test_injected_infrastructure_failures_are_flagged_retried_and_broken_off_and
     # open one again near the end: the run ends whatever state it is in).
     tool_breakers = [b for b in history if b["kind"] == "tool" and b["name"] == "svc"]
     assert tool_breakers and tool_breakers[0]["closed_at"] is not None, history
+
+
+STRETCH_S = 1.5  # the endpoint answers 503 this long after its first request
+
+
+def test_an_endpoint_that_answers_503_for_a_stretch_is_flagged_retried_broken_off_and_masked(ray_cluster, tmp_path):
+    import json
+    import threading
+
+    from dsh_actors.agent import ModelConfig
+    from dsh_actors.agent.scripted import ScriptedServer, reply
+    from dsh_actors.eval.export import export_run
+    from dsh_actors.eval.job import run_eval
+
+    served: list[tuple[float, int, str]] = []  # (when, status, task) of each request: what happened, from outside
+    lock = threading.Lock()
+
+    def respond(request):
+        task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        with lock:
+            now = time.monotonic()
+            first = served[0][0] if served else now
+            status = 503 if now - first < STRETCH_S else 200
+            served.append((now, status, task))
+        return reply(status=503) if status == 503 else reply("4")
+
+    count = 300
+    episodes = tmp_path / "tasks.jsonl"
+    episodes.write_text("\n".join(json.dumps({"id": f"t-{i:03d}", "task": f"What is 2+2? (t-{i:03d})",
+                                              "scorer": {"kind": "exact", "expected": "4"}}) for i in range(count)))
+    with ScriptedServer(respond) as server:
+        config = ModelConfig(model="scripted-7b", base_url=server.base_url, max_retries=0, breaker_threshold=3,
+                             breaker_pause_s=0.3)
+        summary = asyncio.run(run_eval([episodes], tmp_path / "out", progress=None, model=config, retry_infra=2,
+                                       environments="host", concurrency=64))
+    per = {e["id"]: e for e in summary["per_episode"]}
+    reports = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "out" / "reports").glob("*.json")}
+    assert len(per) == count and sorted(reports) == sorted(per)
+    refused = sum(status == 503 for _, status, _ in served)
+    assert refused > 0 and sum(status == 200 for _, status, _ in served) == sum(e["status"] == "ok" for e in per.values())
+    for episode in per.values():
+        reason, infra = episode["termination"]["reason"], episode["termination"]["infra"]
+        assert reason in ("final", "endpoint_unavailable"), episode
+        assert infra == (reason == "endpoint_unavailable") and (episode["status"] == "ok") == (not infra), episode
+        # Only the endpoint's failures ran again, each attempt counted.
+        retried = reports[episode["id"]]["retried"]
+        assert episode["attempts"] == 1 + len(retried), episode
+        assert all(r["termination"]["reason"] == "endpoint_unavailable" for r in retried), episode
+        # Each retry waited its pause (at least half of 1 s, 2 s… : jittered down by up to half)
+        # — a retry at once would meet the same outage (or the open breaker) again.
+        asked = sorted(when for when, _, task in served if task.endswith(f"({episode['id']})"))
+        assert all(later - earlier >= 0.5 * 2 ** k - 0.05 for k, (earlier, later) in enumerate(zip(asked, asked[1:]))), \
+            (episode["id"], asked)
+    saved = [e for e in per.values() if e["attempts"] > 1 and e["status"] == "ok"]
+    assert saved, "some episodes that met the stretch should have been saved by a retry"
+    assert summary["episodes_infra"] == sum(e["termination"]["infra"] for e in per.values())
+    # The endpoint's breaker opened during the stretch and closed after it (on each node that saw it).
+    endpoint = [b for b in summary["breakers"] if b["kind"] == "endpoint"]
+    assert endpoint and all(b["closed_at"] is not None for b in endpoint[:1]), summary["breakers"]
+    # The export carries the weight a trainer applies: 0 exactly for the infrastructure's ends.
+    rows = export_run(tmp_path / "out", tmp_path / "rows.jsonl")
+    weights = {r["id"]: r["weight"] for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    assert rows == count and weights == {i: (0.0 if e["termination"]["infra"] else 1.0) for i, e in per.items()}
