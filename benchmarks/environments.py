@@ -10,7 +10,12 @@ Run: ``python benchmarks/environments.py`` (as root, or any user the backend acc
   than the backend's, next to a bare ``asyncio.create_subprocess_exec("bash", "-c", ...)``
   (output piped and read) from that same process, rounds interleaved, with 1 and 32 in
   flight. Goal: ≤ 1.3× bare at p50 and p99.
-- **bwrap**, for reference, only where it is already installed (it is not a dependency).
+- **bwrap** and **runc**, for reference, only where they are installed (neither is a
+  dependency; ``apt-get install bubblewrap runc``): bwrap has no way into a sandbox that
+  runs, so its row is a new sandbox per command (which is also what one costs to start);
+  runc starts a container (``runc run -d``, a bundle over the host's ``/usr`` and ``/etc``
+  read-only) and runs each command in it (``runc exec``). crun and podman (over crun) refuse
+  a host with hybrid cgroups, as these machines have.
 """
 
 from __future__ import annotations
@@ -63,13 +68,18 @@ async def measure(call, in_flight: int, total: int) -> list[float]:
     return samples
 
 
-async def client(address: str, rounds: int, bwrap: str | None) -> dict[str, dict[str, list[float]]]:
+BWRAP_ARGS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+              "--die-with-parent", "bash", "-c", "true"]
+
+
+async def client(address: str, rounds: int, bwrap: str | None,
+                 runc: tuple[str, str] | None) -> dict[str, dict[str, list[float]]]:
     env = connect(address)
     ways = {"bare": lambda: bare("true"), "environment": lambda: env.run("true", timeout_s=30)}
     if bwrap:
-        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
-                "--die-with-parent", "bash", "-c", "true"]
-        ways["bwrap"] = lambda: _bwrap(bwrap, args)
+        ways["bwrap"] = lambda: _exec(bwrap, BWRAP_ARGS)
+    if runc:
+        ways["runc exec"] = lambda: _exec(runc[0], ["exec", runc[1], "bash", "-c", "true"])
     out: dict[str, dict[str, list[float]]] = {}
     for in_flight, total in ((1, rounds), (32, rounds * 4)):
         for name, call in ways.items():
@@ -82,11 +92,51 @@ async def client(address: str, rounds: int, bwrap: str | None) -> dict[str, dict
     return out
 
 
-async def _bwrap(path: str, args: list[str]) -> None:
+async def _exec(path: str, args: list[str]) -> None:
     process = await asyncio.create_subprocess_exec(path, *args, stdout=asyncio.subprocess.PIPE,
                                                    stderr=asyncio.subprocess.STDOUT)
     await process.stdout.read()  # type: ignore[union-attr]
     await process.wait()
+
+
+# --- runc, for reference ----------------------------------------------------------------------
+
+def runc_bundle(runc: str, base: str) -> str:
+    """An OCI bundle whose container sees the host's ``/usr`` and ``/etc`` read-only, a
+    tmpfs ``/tmp``, and runs ``sleep infinity`` (commands go in with ``runc exec``)."""
+    bundle = os.path.join(base, "runc-bundle")
+    rootfs = os.path.join(bundle, "rootfs")
+    for folder in ("usr", "etc", "tmp", "proc", "dev", "sys"):
+        os.makedirs(os.path.join(rootfs, folder), exist_ok=True)
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{link}"):
+            os.symlink(os.readlink(f"/{link}"), os.path.join(rootfs, link))
+    subprocess.run([runc, "spec"], cwd=bundle, check=True)
+    config = json.loads(Path(bundle, "config.json").read_text())
+    config["root"] = {"path": "rootfs", "readonly": True}
+    config["process"].update(terminal=False, args=["sleep", "infinity"])
+    config["mounts"] = [m for m in config["mounts"] if m["destination"] != "/sys/fs/cgroup"] + [
+        {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]},
+        {"destination": "/etc", "type": "bind", "source": "/etc", "options": ["rbind", "ro"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]}]
+    Path(bundle, "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def runc_starts(runc: str, bundle: str, names: list[str]) -> list[float]:
+    """``runc run -d`` back to back, each container kept running (its ms)."""
+    samples = []
+    for name in names:
+        start = time.perf_counter()
+        subprocess.run([runc, "run", "-d", "--bundle", bundle, name], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, check=True)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def runc_delete(runc: str, names: list[str]) -> None:
+    for name in names:
+        subprocess.run([runc, "delete", "-f", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 # --- the backend's process ------------------------------------------------------------------
@@ -122,7 +172,9 @@ async def main(quick: bool) -> None:
     rounds = 200 if quick else 1000
     base = tempfile.mkdtemp(prefix="dsh-envs-bench-")
     backend = NativeBackend()
-    bwrap = shutil.which("bwrap")
+    bwrap, runc = shutil.which("bwrap"), shutil.which("runc")
+    containers = [f"dsh-bench-{os.getpid()}-{i}" for i in range(20 if quick else 50)] if runc else []
+    runc_samples: list[float] = []
     try:
         await starts(backend, base, 3, "warm")  # the warm parent starts on first use
         for env in list(backend.environments.values()):
@@ -139,13 +191,19 @@ async def main(quick: bool) -> None:
         end_began = time.perf_counter()
         await asyncio.gather(*(env.end() for env in list(backend.environments.values())))
         end_s = time.perf_counter() - end_began
+        await asyncio.sleep(10)  # the kernel's teardown of 1,000 environments' cgroups finishes before more is timed
+        if runc:
+            runc_samples = runc_starts(runc, runc_bundle(runc, base), containers)
         target = await backend.start("bench", EnvSpec(workspace=base))
         done = subprocess.run([sys.executable, __file__, "--client", target.address, "--rounds", str(rounds),
-                               *(["--bwrap", bwrap] if bwrap else [])], capture_output=True, timeout=1800)
+                               *(["--bwrap", bwrap] if bwrap else []),
+                               *(["--runc", runc, containers[0]] if runc else [])], capture_output=True, timeout=1800)
         if done.returncode != 0:
             raise RuntimeError(done.stderr.decode())
         commands = json.loads(done.stdout)
     finally:
+        if runc:
+            runc_delete(runc, containers)
         await backend.close()
         shutil.rmtree(base, ignore_errors=True)
     b2b, after_idle = quantiles(back_to_back), quantiles(idle)
@@ -156,10 +214,18 @@ async def main(quick: bool) -> None:
         [f"{many} at once (max_starting={backend.max_starting})", f"{alive} ready",
          f"{waited[0]:.0f} (queued)", f"{waited[1]:.0f} (queued)", f"{wall_s * 1e3 / many:.1f}"],
     ]
+    if runc_samples:
+        p50, p99 = quantiles(runc_samples)
+        start_rows.append(["runc `run -d`, back to back (each kept running)", str(len(runc_samples)), f"{p50:.1f}",
+                           f"{p99:.1f}", "—"])
+    if bwrap:
+        p50, p99 = quantiles(commands["bwrap@1"]["ms"])
+        start_rows.append(["bwrap: a sandbox that runs `bash -c true` (its command row below)",
+                           str(len(commands["bwrap@1"]["ms"])), f"{p50:.1f}", f"{p99:.1f}", "—"])
     command_rows = []
     for in_flight in (1, 32):
         bare_p50, bare_p99 = quantiles(commands[f"bare@{in_flight}"]["ms"])
-        for name in ("bare", "environment", "bwrap"):
+        for name in ("bare", "environment", "bwrap", "runc exec"):
             key = f"{name}@{in_flight}"
             if key not in commands:
                 continue
@@ -177,7 +243,11 @@ async def main(quick: bool) -> None:
         "its cgroups: after an idle spell the first move waits for an RCU grace period, ~8 ms here); after that, "
         "commands one after another reuse the spawner's slot and move nothing.",
         ("bwrap is not installed here: no row for it." if not bwrap else
-         "bwrap: `--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-all --die-with-parent`."),
+         f"bwrap: `{' '.join(BWRAP_ARGS)}`, a new sandbox per command (bwrap has no way into one that runs)."),
+        ("runc is not installed here: no row for it." if not runc else
+         "runc: a container over the host's `/usr` and `/etc` read-only and a tmpfs `/tmp` (namespaces as "
+         "`runc spec` makes them, no user namespace, no cgroup bounds), each command by `runc exec`. crun (and "
+         "podman over it) refuse these hosts' hybrid cgroups (`cgroups in hybrid mode not supported`): no row."),
         f"Walls: {backend.isolation}. Load average when it ended: {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores (a shared machine: other work ran meanwhile).",
     ])
@@ -191,8 +261,10 @@ if __name__ == "__main__":
     parser.add_argument("--client")
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--bwrap")
+    parser.add_argument("--runc", nargs=2, metavar=("PATH", "CONTAINER"))
     options = parser.parse_args()
     if options.client:
-        print(json.dumps(asyncio.run(client(options.client, options.rounds, options.bwrap))))
+        print(json.dumps(asyncio.run(client(options.client, options.rounds, options.bwrap,
+                                            tuple(options.runc) if options.runc else None))))
     else:
         asyncio.run(main(options.quick))
