@@ -31,7 +31,7 @@ from dsh_actors import AbortController, InMemoryRegistry, define_tool, text_bloc
 from dsh_actors.log import FrameFile  # noqa: E402
 from dsh_actors.policies import timeout_policy  # noqa: E402
 from dsh_actors.runtime import ToolRegistry, ensure_ray  # noqa: E402
-from dsh_actors.runtime.session import SessionLog  # noqa: E402
+from dsh_actors.runtime.session.client import SessionLog  # noqa: E402
 
 
 async def _wait_for_abort(args, ctx):

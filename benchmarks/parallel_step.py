@@ -20,7 +20,7 @@ from _results import table, write_section  # noqa: E402
 
 from dsh_actors import define_tool, text_block  # noqa: E402
 from dsh_actors.runtime import ToolRegistry, ensure_ray  # noqa: E402
-from dsh_actors.runtime.session import SessionLog  # noqa: E402
+from dsh_actors.runtime.session.client import SessionLog  # noqa: E402
 from dsh_actors.runtime.step import agent_step  # noqa: E402
 
 

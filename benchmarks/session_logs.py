@@ -28,7 +28,7 @@ import ray  # noqa: E402
 
 from dsh_actors.log import FrameFile, LogCorruptError, check_event  # noqa: E402
 from dsh_actors.runtime import ensure_ray  # noqa: E402
-from dsh_actors.runtime.session import SessionLog  # noqa: E402
+from dsh_actors.runtime.session.client import SessionLog  # noqa: E402
 
 
 @ray.remote(num_cpus=0)

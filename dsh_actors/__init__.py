@@ -45,7 +45,7 @@ _RUNTIME = (
     "CONTINUE", "AgentScope", "Disposer", "Plugin", "RegistryUnavailableError", "Response",
     "ScopeUnavailableError", "ToolRegistry", "actor_listener", "agent_step",
 )
-_LAZY = {"CodeRuntimeConfig": "dsh_actors.codemode.runtime", "SessionLog": "dsh_actors.runtime.session"}
+_LAZY = {"CodeRuntimeConfig": "dsh_actors.codemode.runtime", "SessionLog": "dsh_actors.runtime.session.client"}
 
 
 def __getattr__(name: str) -> object:

@@ -102,7 +102,7 @@ def _approvals(args: argparse.Namespace) -> int:
         os._exit(1)  # a connection attempt may still be retrying in Ray's threads: do not wait for it
     import ray
 
-    from .runtime.approval import ApprovalQueue
+    from .runtime.registry.approval import ApprovalQueue
 
     queue = ApprovalQueue(args.registry, args.namespace)
     try:
@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{len(rows)} call(s) would have had a different outcome")
         return 0
     if args.command == "show":
-        from .eval.job import show_log
+        from .eval.show import show_log
 
         try:
             text, damage = show_log(args.log, args.workspace)

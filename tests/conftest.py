@@ -40,6 +40,18 @@ def pytest_collection_modifyitems(items):
     long = {module(item) for item in items if item.get_closest_marker("runs_long")}
     uses_ray = {module(item) for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
     items.sort(key=lambda item: (module(item) not in long, module(item) not in uses_ray))
+    for item in items:  # `pytest -m "not ray"`: the pure suite, in seconds
+        if _on_ray(item):
+            item.add_marker(pytest.mark.ray)
+
+
+def _on_ray(item):
+    """Whether a test runs on Ray: it uses the session's cluster, its module starts a Ray of
+    its own (``runs_long``), or its module imports ``ray`` at all."""
+    if "ray_cluster" in getattr(item, "fixturenames", ()) or item.get_closest_marker("runs_long"):
+        return True
+    namespace = getattr(getattr(item, "module", None), "__dict__", {})
+    return any(getattr(value, "__name__", "") == "ray" for value in namespace.values())
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from ..prompt import SystemPrompt
 from ..render import render_card
 from ..runtime.client import ToolRegistry
 from ..runtime.envhost import end_environment, start_environment
-from ..runtime.session import SessionLog
+from ..runtime.session.client import SessionLog
 from ..runtime.step import agent_step
 from ..tools import AgentWorkspaces
 from ..tools.workspace import node_folder

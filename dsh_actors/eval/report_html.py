@@ -123,7 +123,7 @@ def _spent_ms(report: EpisodeReport) -> float:
 
 
 def _cards(report: EpisodeReport, logs: Path | None) -> str:
-    from .job import show_log
+    from .show import show_log
 
     log = logs / f"{report.id}.log" if logs is not None else None
     if log is None or not log.is_file():

@@ -28,19 +28,19 @@ from ..core.trace_export import FLUSH_S
 from ..core.registry import EXCLUSIVE, RUN_CODE, Event, call_fields, check_guard, check_listener, \
     execution_mode, snapshot_definition, unscoped_restriction
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
-from .calls import Call, CallInput
+from .caller.calls import Call, CallInput
 from .errors import RAY_ERROR, RegistryUnavailableError
-from .link import RegistryLink
-from .owner import owner
+from .caller.link import RegistryLink
+from .caller.owner import owner
 from .local import ensure_ray
-from .registry_actor import REGISTRY_OPTIONS, RegistryActor
-from .registry_config import RegistryConfig
+from .registry.registry_actor import REGISTRY_OPTIONS, RegistryActor
+from .registry.registry_config import RegistryConfig
 from .response import Response
 from .revive import live_actor, release
 from .wire import DEFAULT_NAMESPACE, agent_session
 
 if TYPE_CHECKING:
-    from .approval import ApprovalQueue
+    from .registry.approval import ApprovalQueue
 
 __all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
 
@@ -338,7 +338,7 @@ class ToolRegistry(_Registrar):
         return its client; ``policy`` ("ask", "never" or "always") sets its default;
         ``timeout_s`` (and ``agent_timeouts``, by agent) how long an ask waits for an answer
         before its call fails with ``APPROVAL_TIMEOUT`` (default: no deadline)."""
-        from .approval import ApprovalQueue, check_timeout
+        from .registry.approval import ApprovalQueue, check_timeout
 
         check_timeout(timeout_s)
         for seconds in (agent_timeouts or {}).values():

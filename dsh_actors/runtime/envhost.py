@@ -33,7 +33,7 @@ from ..tools.workspace import AgentWorkspaces, Workspace
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
 from .requester import CHECK_S, requester, still_there
 from .revive import live_actor_async
-from .routes import this_node
+from .caller.routes import this_node
 from .wire import DEFAULT_NAMESPACE, agent_session
 
 __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment", "env_id_of",

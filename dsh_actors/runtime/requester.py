@@ -18,7 +18,7 @@ import ray
 
 from ..core.within import within
 from .errors import ACTOR_GONE
-from .mailboxes import PROCESS_INCARNATION
+from .wire import PROCESS_INCARNATION
 
 __all__ = ["CHECK_S", "requester", "still_there"]
 

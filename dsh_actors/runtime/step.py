@@ -21,7 +21,7 @@ from ..core.types import ToolExecutionResult
 from ..log import context_message_event, tool_result_event
 from .client import AgentScope
 from .response import Response
-from .session import SessionLog
+from .session.client import SessionLog
 
 __all__ = ["agent_step"]
 

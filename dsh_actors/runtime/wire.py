@@ -29,12 +29,15 @@ from ..core.signal import AbortSignal
 from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult, token_from_bytes, token_to_bytes
 
 __all__ = [
+    "COLLECT_WAIT_S",
     "DEFAULT_NAMESPACE",
     "Frame",
     "Outbox",
     "HEARTBEAT_S",
+    "Item",
     "LEASE_S",
     "Outcome",
+    "PROCESS_INCARNATION",
     "PlanTicket",
     "Envelope",
     "agent_session",
@@ -117,6 +120,20 @@ LEASE_S = 2.0
 """How long a client may trust what it knows of the version without hearing from the registry."""
 HEARTBEAT_S = 0.5
 """How long a subscription poll waits for a change before answering anyway (renewing the lease)."""
+
+
+# --- batched calls and the processes behind them ------------------------------------------------
+
+PROCESS_INCARNATION = uuid.uuid4().hex
+"""This process's id: an actor restarted by Ray answers another one, so whoever asks
+learns that what the earlier process held (calls, asks) died with it."""
+
+COLLECT_WAIT_S = 30.0
+"""How long one ``collect`` of an executor's mailbox waits for a result before answering
+empty (the caller polls again)."""
+
+Item = tuple[int, bytes, Any, Any]
+"""One batched call on the wire: its key in the lane, its envelope, its plan box, its hub."""
 
 
 # --- the call envelope ------------------------------------------------------------------------

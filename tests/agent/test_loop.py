@@ -8,7 +8,8 @@ import pytest
 
 from dsh_actors.agent import ModelConfig
 from dsh_actors.agent.scripted import ScriptedServer, reply
-from dsh_actors.eval.job import DEFAULT_SYSTEM, run_eval, show_log
+from dsh_actors.eval.job import DEFAULT_SYSTEM, run_eval
+from dsh_actors.eval.show import show_log
 from dsh_actors.eval.replay import replay_logs
 from dsh_actors.log import read_records
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from dsh_actors.eval.job import run_episodes, show_log
+from dsh_actors.eval.job import run_episodes
+from dsh_actors.eval.show import show_log
 from dsh_actors.eval.run_folder import write_reports
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsh_actors.eval.episodes import load_episodes
-from dsh_actors.eval.job import run_eval, show_log
+from dsh_actors.eval.job import run_eval
+from dsh_actors.eval.show import show_log
 
 
 def test_bad_episode_lines_are_named_by_file_and_line_and_the_rest_still_run(ray_cluster, tmp_path):

@@ -321,7 +321,7 @@ def _write(path, episodes):
 
 
 def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_policy(ray_cluster, tmp_path):
-    from dsh_actors.runtime.approval import ApprovalQueue
+    from dsh_actors.runtime.registry.approval import ApprovalQueue
 
     writes = {"id": "asker", "policies": ["ask-writes"], "turns": [{"calls": [
         {"name": "write_file", "arguments": {"path": "w.txt", "content": "hi"}}]}]}

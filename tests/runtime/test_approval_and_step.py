@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dsh_actors import AbortController, accept, ask
-from dsh_actors.runtime.session import SessionLog
+from dsh_actors.runtime.session.client import SessionLog
 from dsh_actors.runtime.step import agent_step
 
 from .fixtures import echo, shares_one_host_registry

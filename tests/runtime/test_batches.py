@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from dsh_actors.core.types import ToolExecutionResult
-from dsh_actors.runtime.lanes import Lanes
-from dsh_actors.runtime.mailboxes import Mailboxes
+from dsh_actors.runtime.caller.lanes import Lanes
+from dsh_actors.runtime.executor.mailboxes import Mailboxes
 from dsh_actors.runtime.wire import Outcome
 
 
@@ -246,7 +246,7 @@ def test_an_executor_runs_at_most_its_calls_at_once_and_a_sub_call_runs_in_its_r
     from dsh_actors.core.jsonvalue import FrozenDict
     from dsh_actors.core.pipeline import ExecutionPlan
     from dsh_actors.core.types import ExecutionToken, ToolExecution
-    from dsh_actors.runtime.executor import ExecutorCore
+    from dsh_actors.runtime.executor.executor import ExecutorCore
     from dsh_actors.runtime.wire import Envelope
 
     async def scenario():
@@ -300,7 +300,7 @@ class _Probe:
 
 
 def _pool_of_one():
-    from dsh_actors.runtime.routes import ExecutorRoutes
+    from dsh_actors.runtime.caller.routes import ExecutorRoutes
 
     class Handle:
         _actor_id = "the-only-executor"
@@ -328,7 +328,7 @@ def test_an_executor_dead_for_good_is_reported_with_the_next_refresh_and_never_p
     """The registry replaces it before it answers that refresh: the routes the next call
     gets hold its successor (they once refreshed before the replacement and sent the call
     to the dead executor: WORKER_CRASHED for a call that had not been sent)."""
-    from dsh_actors.runtime.routes import ExecutorRoutes
+    from dsh_actors.runtime.caller.routes import ExecutorRoutes
 
     class Executor:
         def __init__(self, name):
@@ -395,7 +395,7 @@ def test_when_every_executor_is_restarting_calls_wait_for_one_probe_of_it_to_ans
 
 @pytest.mark.parametrize("outcome", ["died for good", "no answer in time"])
 def test_a_probe_that_fails_or_never_answers_lets_the_call_go_to_get_its_coded_result(monkeypatch, outcome):
-    from dsh_actors.runtime import routes
+    from dsh_actors.runtime.caller import routes
 
     monkeypatch.setattr(routes, "REVIVAL_WAIT_S", 0.1)
 
@@ -445,7 +445,7 @@ def test_a_call_is_never_submitted_to_an_executor_this_process_holds_dead():
 
 
 def test_an_executor_held_dead_is_reported_at_once_and_a_first_pick_asks_whether_it_lives():
-    from dsh_actors.runtime.routes import ExecutorRoutes
+    from dsh_actors.runtime.caller.routes import ExecutorRoutes
 
     class Executor:
         def __init__(self, name, state):

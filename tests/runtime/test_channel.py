@@ -13,8 +13,8 @@ import uuid
 import msgpack
 import pytest
 
-from dsh_actors.runtime.channel import Channel, connect
-from dsh_actors.runtime.channel_server import ACCEPT_BACKLOG, STRANGERS_MAX, ChannelServer, _ExecutorEnd
+from dsh_actors.runtime.caller.channel import Channel, connect
+from dsh_actors.runtime.executor.channel_server import ACCEPT_BACKLOG, STRANGERS_MAX, ChannelServer, _ExecutorEnd
 from dsh_actors.runtime.errors import ChannelLost, never_reached, translate
 from dsh_actors.runtime.wire import Frame, Outcome
 

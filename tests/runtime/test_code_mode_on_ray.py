@@ -12,7 +12,7 @@ import ray
 from dsh_actors import ReservedNameError, RestrictionError, text_block
 from dsh_actors.codemode.runtime import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
-from dsh_actors.runtime.session import SessionLog
+from dsh_actors.runtime.session.client import SessionLog
 
 from .fixtures import ONE_SCOPE_HOST, Recorder, echo, pid_of, process_alive
 

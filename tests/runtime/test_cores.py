@@ -4,8 +4,8 @@ import pytest
 
 from dsh_actors import DuplicateToolError, RestrictionError
 from dsh_actors.core.registry import compose_plan
-from dsh_actors.runtime.registry_core import RegistryCore
-from dsh_actors.runtime.scope_actor import ScopeCore
+from dsh_actors.runtime.registry.registry_core import RegistryCore
+from dsh_actors.runtime.registry.scope_actor import ScopeCore
 
 from .fixtures import echo
 
@@ -63,7 +63,7 @@ def test_a_workers_first_code_runtime_is_made_off_its_loop_and_once_for_runs_tha
     import threading
 
     from dsh_actors.codemode.runtime import CodeRuntimeConfig
-    from dsh_actors.runtime import codemode
+    from dsh_actors.runtime.executor import codemode
 
     made = []
 

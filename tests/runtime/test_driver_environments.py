@@ -36,7 +36,8 @@ def test_a_driver_runs_its_agents_calls_in_an_environment_that_ends_with_its_blo
         (root / agent).mkdir(parents=True)
     outside = tmp_path / "outside.txt"
     marker = f"dsh-driver-env-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.connect(f"driver-env-{os.getpid()}-{time.monotonic_ns()}", executors=1)
+    # The default pool: an executor on every node, so one on the driver's (where its environments are).
+    registry = ToolRegistry.connect(f"driver-env-{os.getpid()}-{time.monotonic_ns()}")
     for definition in reference_tools(AgentEnvironments(AgentWorkspaces(root))):
         registry.register(definition).result(timeout_s=60)
     a1, a2 = registry.scope("a1"), registry.scope("a2")

@@ -289,7 +289,7 @@ def test_a_killed_approval_queue_is_mounted_again_and_asks_wait_on_the_new_one(r
 
 
 def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_cluster, tmp_path):
-    from dsh_actors.runtime.session import SessionLog
+    from dsh_actors.runtime.session.client import SessionLog
 
     path = str(tmp_path / "s.log")
     log = SessionLog.open("revive-me", path)
@@ -310,7 +310,7 @@ def test_an_executor_is_sent_a_plan_once_not_on_every_call(registry, monkeypatch
     two round trips)."""
     from collections import Counter
 
-    from dsh_actors.runtime import calls
+    from dsh_actors.runtime.caller import calls
 
     kinds = Counter()
     real = calls.Outcome.read

@@ -5,9 +5,9 @@ from), through a fake spawner that records every actor it is asked for."""
 import pytest
 
 from dsh_actors import DefinitionError
-from dsh_actors.runtime.fleet import Fleet
-from dsh_actors.runtime.registry_config import RegistryConfig
-from dsh_actors.runtime.registry_core import RegistryCore
+from dsh_actors.runtime.registry.fleet import Fleet
+from dsh_actors.runtime.registry.registry_config import RegistryConfig
+from dsh_actors.runtime.registry.registry_core import RegistryCore
 
 from ..fakes import FakeSpawner
 from .fixtures import echo

@@ -190,7 +190,7 @@ class Doomed:
     """A process whose calls wait for slots, then dies (as a dead job's executor)."""
 
     def alive(self):
-        from dsh_actors.runtime.mailboxes import PROCESS_INCARNATION
+        from dsh_actors.runtime.wire import PROCESS_INCARNATION
 
         return PROCESS_INCARNATION
 

@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from dsh_actors.runtime.leases import Leases
+from dsh_actors.runtime.registry.leases import Leases
 
 
 def test_a_change_waits_for_each_live_subscriber_to_acknowledge_it_and_no_longer():

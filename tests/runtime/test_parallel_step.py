@@ -7,7 +7,7 @@ import time
 import ray
 
 from dsh_actors import AbortController, define_tool, text_block
-from dsh_actors.runtime.session import SessionLog
+from dsh_actors.runtime.session.client import SessionLog
 from dsh_actors.runtime.step import agent_step
 
 from .fixtures import Recorder, shares_one_host_registry

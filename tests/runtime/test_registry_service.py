@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from dsh_actors.runtime.registry_actor import RegistryService
-from dsh_actors.runtime.registry_config import RegistryConfig
-from dsh_actors.runtime.scope_actor import ScopeHostService
+from dsh_actors.runtime.registry.registry_actor import RegistryService
+from dsh_actors.runtime.registry.registry_config import RegistryConfig
+from dsh_actors.runtime.registry.scope_actor import ScopeHostService
 
 from ..fakes import FakeActor, FakeSpawner, MemoryVersions
 from .fixtures import echo
@@ -132,7 +132,7 @@ def test_the_subscription_says_which_agents_have_a_scope_all_at_first_then_only_
 
 
 def test_the_changes_a_client_missed_beyond_what_is_kept_come_as_the_whole_set(monkeypatch):
-    from dsh_actors.runtime import registry_core
+    from dsh_actors.runtime.registry import registry_core
 
     monkeypatch.setattr(registry_core, "_SCOPED_LOG", 4)
     core = registry_core.RegistryCore("r", "ns", lambda version: None)

@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from dsh_actors.log import FrameFile, InvalidEventError
-from dsh_actors.runtime.session import SessionLog
+from dsh_actors.runtime.session.client import SessionLog
 
 from .fixtures import pid_of, process_alive
 
@@ -163,7 +163,7 @@ def test_fifty_agents_appending_at_once_each_get_their_own_file_in_order(ray_clu
 CREATOR = """
 import sys
 import ray
-from dsh_actors.runtime.session import SessionLog
+from dsh_actors.runtime.session.client import SessionLog
 
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 log = SessionLog.open("creator", sys.argv[3], namespace=sys.argv[2])  # makes the node's writer
@@ -224,7 +224,7 @@ def test_a_session_left_open_by_a_dead_actor_opens_over_a_new_file_and_a_live_ho
     import os
     import signal
 
-    from dsh_actors.runtime.session import SessionHeldError
+    from dsh_actors.runtime.session.client import SessionHeldError
 
     agent = f"reused-{kill}-{time.monotonic_ns()}"
     first, second = tmp_path / "first.log", tmp_path / "second.log"

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dsh_actors.runtime.thread_shares import ThreadShares
+from dsh_actors.runtime.executor.thread_shares import ThreadShares
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,8 @@ import ray
 
 from .agent_calls import AgentCalls
 from .channel_server import ChannelServer
-from .mailboxes import Item, Mailboxes
+from ..wire import Item
+from .mailboxes import Mailboxes
 
 __all__ = ["CallSurface"]
 

@@ -33,25 +33,25 @@ from typing import Any, Callable
 
 import ray
 
-from ..core.body import BODY_RUNNER
-from ..core.errors import ToolTimeoutError, outcome_of
-from ..core import pipeline, telemetry, trace_export
-from ..core.jsonvalue import FrozenDict
-from ..core.pipeline import ExecutionPlan
-from ..core.pipeline.chain import settle
-from ..core.signal import AbortSignal
-from ..core.types import ToolDefinition, ToolRunContext
-from .errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
-from . import metrics
-from .owner import owner
+from ...core.body import BODY_RUNNER
+from ...core.errors import ToolTimeoutError, outcome_of
+from ...core import pipeline, telemetry, trace_export
+from ...core.jsonvalue import FrozenDict
+from ...core.pipeline import ExecutionPlan
+from ...core.pipeline.chain import settle
+from ...core.signal import AbortSignal
+from ...core.types import ToolDefinition, ToolRunContext
+from ..errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, WorkerCrashedError, translate
+from .. import metrics
+from ..caller.owner import owner
 from .placement import demand, execution_options, feasible, force_stop
-from .signals import send_signal, signal_of
+from ..signals import send_signal, signal_of
 from .surface import CallSurface
 from .thread_shares import ThreadShares
-from .traces import FlushesSpans
-from .transport import LocalTransport
-from .version import read_version
-from .wire import Envelope, Outcome
+from ..traces import FlushesSpans
+from ..caller.transport import LocalTransport
+from ..version import read_version
+from ..wire import Envelope, Outcome
 
 __all__ = ["BODY_FLUSH_S", "CANCEL_GRACE_S", "ExecutorActor", "ExecutorCore", "cancel_task", "run_body_task"]
 

@@ -52,7 +52,7 @@ from typing import Awaitable, Callable
 import msgpack
 
 from .mailboxes import task_outcome
-from .wire import Frame, Outbox, Outcome
+from ..wire import Frame, Outbox, Outcome
 
 __all__ = ["ChannelServer"]
 

@@ -49,13 +49,12 @@ from typing import Any, Callable
 
 import ray
 
-from .backoff import WHILE_RESTARTING
+from ..backoff import WHILE_RESTARTING
 from .channel import Channel, connect
-from .coalesce import Coalescer
-from .errors import ChannelLost, HeldDead, WorkerCrashedError, died_for_good, held_dead, never_reached
-from .mailboxes import COLLECT_WAIT_S, Item
+from ..coalesce import Coalescer
+from ..errors import ChannelLost, HeldDead, WorkerCrashedError, died_for_good, held_dead, never_reached
 from .routes import this_node
-from .wire import Outcome
+from ..wire import COLLECT_WAIT_S, Item, Outcome
 
 __all__ = ["CHANNEL_ENVELOPE_MAX", "Lanes", "SentCall"]
 

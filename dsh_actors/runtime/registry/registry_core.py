@@ -14,12 +14,12 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from ..core.errors import error_message
-from ..core.pipeline import ExecutionPlan
-from ..core.registry import Chains, RegistryState, check_frozen
-from ..core.types import ToolDefinition, ToolSchema
-from .placement import execution_options
-from .wire import PlanTicket
+from ...core.errors import error_message
+from ...core.pipeline import ExecutionPlan
+from ...core.registry import Chains, RegistryState, check_frozen
+from ...core.types import ToolDefinition, ToolSchema
+from ..executor.placement import execution_options
+from ..wire import PlanTicket
 
 __all__ = ["Journal", "RegistryCore"]
 

@@ -39,16 +39,16 @@ import msgpack
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..core.errors import HarnessError, error_message
-from ..log import FrameFile, FsyncPolicy, InvalidEventError, LogCorruptError, check_event, derive_messages
-from ..log.mirror import EventMirror
-from .backoff import WHILE_RESTARTING
-from .coalesce import Coalescer
-from .errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, remember_dead, translate
-from .local import ensure_ray
-from .response import Response, background_loop
-from .revive import live_actor, live_actor_async
-from .wire import DEFAULT_NAMESPACE
+from ...core.errors import HarnessError, error_message
+from ...log import FrameFile, FsyncPolicy, InvalidEventError, LogCorruptError, check_event, derive_messages
+from ...log.mirror import EventMirror
+from ..backoff import WHILE_RESTARTING
+from ..coalesce import Coalescer
+from ..errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, remember_dead, translate
+from ..local import ensure_ray
+from ..response import Response, background_loop
+from ..revive import live_actor, live_actor_async
+from ..wire import DEFAULT_NAMESPACE
 
 __all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter",
            "SessionWriterCore", "SessionWriterService"]

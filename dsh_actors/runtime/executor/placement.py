@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..core.errors import DefinitionError
-from ..core.types import ToolDefinition
+from ...core.errors import DefinitionError
+from ...core.types import ToolDefinition
 
 __all__ = ["ALLOWED_OPTIONS", "demand", "execution_options", "feasible", "force_stop"]
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import ray
 
-from ..core.within import within
-from .errors import ChannelLost, died_for_good, held_dead, unfollowed
+from ...core.within import within
+from ..errors import ChannelLost, died_for_good, held_dead, unfollowed
 from .link import RegistryLink
 
 __all__ = ["REVIVAL_WAIT_S", "SICK_S", "TURN_CALLS", "ExecutorRoutes"]

@@ -16,8 +16,8 @@ import asyncio
 import time
 from typing import Callable
 
-from ..core.within import within
-from .wire import HEARTBEAT_S, LEASE_S
+from ...core.within import within
+from ..wire import HEARTBEAT_S, LEASE_S
 
 __all__ = ["Leases"]
 

@@ -27,15 +27,15 @@ from typing import Any
 
 import ray
 
-from ..core.errors import HarnessError
-from ..core.pipeline import ApprovalRequest
-from ..core.within import within
-from . import metrics
-from .errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
-from .requester import CHECK_S, requester, still_there
-from .response import NamedActorClient, Response
-from .session import SessionLog
-from .wire import agent_session
+from ...core.errors import HarnessError
+from ...core.pipeline import ApprovalRequest
+from ...core.within import within
+from .. import metrics
+from ..errors import ACTOR_GONE, RAY_ERROR, remote_call, translate
+from ..requester import CHECK_S, requester, still_there
+from ..response import NamedActorClient, Response
+from ..session.client import SessionLog
+from ..wire import agent_session
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
            "ApprovalTimeoutError", "EXPIRED", "POLICIES", "check_policy", "check_timeout"]

@@ -25,9 +25,9 @@ from typing import Any, Callable, Protocol
 
 import msgpack
 
-from ..core.within import within
-from .errors import ChannelLost
-from .wire import Frame, Outbox
+from ...core.within import within
+from ..errors import ChannelLost
+from ..wire import Frame, Outbox
 
 __all__ = ["Channel", "StreamedCall", "connect"]
 

@@ -20,22 +20,22 @@ from typing import Any, Callable, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..core.pipeline import ExecutionPlan
-from ..core.registry import Chains
-from ..core.types import ToolDefinition, ToolSchema
-from ..core.within import within
+from ...core.pipeline import ExecutionPlan
+from ...core.registry import Chains
+from ...core.types import ToolDefinition, ToolSchema
+from ...core.within import within
 from .approval import APPROVALS_OPTIONS, ActorApproval, ApprovalQueueActor, check_policy, check_timeout
-from .codemode import ray_run_code
-from .errors import ACTOR_GONE, RAY_ERROR, RegistryUnavailableError
+from ..executor.codemode import ray_run_code
+from ..errors import ACTOR_GONE, RAY_ERROR, RegistryUnavailableError
 from .fleet import EXECUTOR_OPTIONS, Fleet, Spawner
 from .leases import Leases
 from .registry_config import RegistryConfig
 from .registry_core import RegistryCore
-from .revive import live_actor_async
-from .signals import HubRef
-from .traces import flush_actors
-from .version import VersionStore
-from .wire import PlanTicket, approvals_actor_name
+from ..revive import live_actor_async
+from ..signals import HubRef
+from ..traces import flush_actors
+from ..version import VersionStore
+from ..wire import PlanTicket, approvals_actor_name
 
 __all__ = ["EXECUTOR_OPTIONS", "REGISTRY_OPTIONS", "RegistryActor", "RegistryService"]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from .registry_config import RegistryConfig
 from .registry_core import Journal
-from .wire import host_index, scope_actor_name
+from ..wire import host_index, scope_actor_name
 
 __all__ = ["EXECUTOR_OPTIONS", "Fleet", "RaySpawner", "Spawner"]
 
@@ -53,10 +53,10 @@ class RaySpawner:
     def spawn(self, kind: str, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .codemode import QUEUE_OPTIONS, CodeRunQueue
-        from .executor import ExecutorActor
+        from ..executor.codemode import QUEUE_OPTIONS, CodeRunQueue
+        from ..executor.executor import ExecutorActor
         from .scope_actor import SCOPE_OPTIONS, ScopeHost
-        from .signals import HUB_OPTIONS, SignalHub
+        from ..signals import HUB_OPTIONS, SignalHub
 
         actor, base = {"executor": (ExecutorActor, EXECUTOR_OPTIONS), "scope_host": (ScopeHost, SCOPE_OPTIONS),
                        "queue": (CodeRunQueue, QUEUE_OPTIONS), "hub": (SignalHub, HUB_OPTIONS)}[kind]
@@ -80,12 +80,12 @@ class RaySpawner:
         return str(handle._actor_id.hex())
 
     def release(self, handle: Any) -> None:
-        from .revive import release
+        from ..revive import release
 
         release(handle)
 
     async def outlived(self, handle: Any) -> None:
-        from .errors import died_for_good
+        from ..errors import died_for_good
 
         while True:
             try:

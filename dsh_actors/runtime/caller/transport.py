@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import Any, Awaitable, Callable, Protocol
 
-from ..core.signal import AbortSignal
+from ...core.signal import AbortSignal
 from .lanes import Lanes, SentCall
 
 __all__ = ["LocalCall", "LocalTransport", "RemoteTransport", "Sent"]

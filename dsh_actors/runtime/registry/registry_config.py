@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..core.errors import DefinitionError
-from ..core.registry import MODES
+from ...core.errors import DefinitionError
+from ...core.registry import MODES
 
 __all__ = ["CODE_DISPATCHES", "SCOPE_HOSTINGS", "RegistryConfig"]
 
@@ -70,7 +70,7 @@ class RegistryConfig:
     def described(self) -> dict[str, Any]:
         """What clients ask a running registry for: its mode, hosting, and whether (and in
         which dialect) it runs code."""
-        from ..codemode.runtime import dialect
+        from ...codemode.runtime import dialect
 
         return {"mode": self.mode, "code_runtime": self.code_runtime is not None,
                 "scope_hosting": self.scope_hosting, "sessions": self.sessions,

@@ -21,16 +21,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Mapping
 
-from ..core import telemetry
-from ..core.errors import error_result
-from ..core.pipeline import finish, notify_observers
-from ..core.pipeline.create import create_execution
-from ..core.types import ExecutionToken, ToolExecution, ToolExecutionResult
-from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, never_reached, translate
+from ...core import telemetry
+from ...core.errors import error_result
+from ...core.pipeline import finish, notify_observers
+from ...core.pipeline.create import create_execution
+from ...core.types import ExecutionToken, ToolExecution, ToolExecutionResult
+from ..errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, never_reached, translate
 from .owner import RegistryOwner
-from .signals import send_signal
+from ..signals import send_signal
 from .transport import Sent
-from .wire import Envelope, Outcome, PlanTicket
+from ..wire import Envelope, Outcome, PlanTicket
 
 __all__ = ["Call", "CallInput", "create"]
 

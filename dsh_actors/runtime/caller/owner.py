@@ -22,7 +22,7 @@ from .link import RegistryLink
 from .plans import PlanCache
 from .routes import ExecutorRoutes
 from .transport import LocalTransport, RemoteTransport
-from .version import version_key
+from ..version import version_key
 
 __all__ = ["RegistryOwner", "owner"]
 

@@ -28,12 +28,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
-from ..core.pipeline import ExecutionPlan
-from ..core.registry import Chains, ScopeLayer, check_listener, check_reserved, compile_restriction, compose_plan, \
+from ...core.pipeline import ExecutionPlan
+from ...core.registry import Chains, ScopeLayer, check_listener, check_reserved, compile_restriction, compose_plan, \
     check_frozen
-from ..core.types import ToolDefinition, ToolSchema
-from .placement import execution_options
-from .wire import PlanTicket
+from ...core.types import ToolDefinition, ToolSchema
+from ..executor.placement import execution_options
+from ..wire import PlanTicket
 
 __all__ = ["SCOPE_OPTIONS", "SHARED_HOST_CONCURRENCY", "ScopeCore", "ScopeHost", "ScopeHostService"]
 

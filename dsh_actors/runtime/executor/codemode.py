@@ -37,26 +37,26 @@ from typing import Any, Callable, Mapping, cast
 import msgpack
 import ray
 
-from ..codemode.backends import resolved_backend
-from ..codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
-from ..codemode.transport import RUN_CODE, build_run_code
-from ..core import telemetry
-from ..core.signal import AbortController
-from ..core.errors import HarnessError
-from ..core.types import (ToolDefinition, ToolExecution, ToolExecutionResult, ToolRunContext, token_from_bytes,
+from ...codemode.backends import resolved_backend
+from ...codemode.runtime import CodeRuntime, CodeRuntimeConfig, make_runtime
+from ...codemode.transport import RUN_CODE, build_run_code
+from ...core import telemetry
+from ...core.signal import AbortController
+from ...core.errors import HarnessError
+from ...core.types import (ToolDefinition, ToolExecution, ToolExecutionResult, ToolRunContext, token_from_bytes,
                           token_to_bytes)
-from . import metrics
-from .backoff import WHILE_RESTARTING
-from .calls import Call, CallInput
-from .errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, never_reached, translate
+from .. import metrics
+from ..backoff import WHILE_RESTARTING
+from ..caller.calls import Call, CallInput
+from ..errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, never_reached, translate
 from .executor import ExecutorCore
-from .owner import owner
-from .routes import this_node
-from .signals import portable_reason
-from .session import SessionLog
+from ..caller.owner import owner
+from ..caller.routes import this_node
+from ..signals import portable_reason
+from ..session.client import SessionLog
 from .surface import CallSurface
-from .traces import FlushesSpans
-from .wire import Outcome, agent_session
+from ..traces import FlushesSpans
+from ..wire import Outcome, agent_session
 
 __all__ = ["QUEUE_OPTIONS", "CodeRunQueue", "CodeRunQueueService", "ray_run_code"]
 

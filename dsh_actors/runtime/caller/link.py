@@ -15,8 +15,8 @@ from typing import Any
 
 import ray
 
-from .errors import DEAD_ACTORS, RegistryUnavailableError, ScopeUnavailableError, remote_call
-from .wire import host_index
+from ..errors import DEAD_ACTORS, RegistryUnavailableError, ScopeUnavailableError, remote_call
+from ..wire import host_index
 
 __all__ = ["RegistryLink"]
 

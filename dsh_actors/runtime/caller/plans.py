@@ -18,12 +18,12 @@ from typing import Callable
 
 import ray
 
-from ..core.pipeline import ExecutionPlan
-from ..core.within import within
-from .errors import ACTOR_GONE, RAY_ERROR, remember_dead
+from ...core.pipeline import ExecutionPlan
+from ...core.within import within
+from ..errors import ACTOR_GONE, RAY_ERROR, remember_dead
 from .link import RegistryLink
-from .response import background_loop
-from .wire import HEARTBEAT_S, LEASE_S, PlanTicket
+from ..response import background_loop
+from ..wire import HEARTBEAT_S, LEASE_S, PlanTicket
 
 __all__ = ["PlanCache", "Subscription"]
 

@@ -12,28 +12,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-import uuid
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
-from ..core.errors import error_result
-from ..core.within import within
-from .errors import translate
-from .wire import Outcome
+from ...core.errors import error_result
+from ...core.within import within
+from ..errors import translate
+from ..wire import PROCESS_INCARNATION, Outcome
 
-__all__ = ["COLLECT_WAIT_S", "KEEP_S", "PROCESS_INCARNATION", "Item", "Mailboxes", "task_outcome"]
+__all__ = ["KEEP_S", "Mailboxes", "task_outcome"]
 
-PROCESS_INCARNATION = uuid.uuid4().hex
-"""This process's id: an actor restarted by Ray answers another one, so whoever asks
-learns that what the earlier process held (calls, asks) died with it."""
-
-COLLECT_WAIT_S = 30.0
-"""How long one ``collect`` waits for a result before answering empty (the caller polls again)."""
 KEEP_S = 300.0
 """How long an executor keeps outcomes for a caller that stopped collecting (it died)."""
 
 _GATHER_TURNS = 8
-Item = tuple[int, bytes, Any, Any]
-"""One batched call on the wire: its key in the lane, its envelope, its plan box, its hub."""
 
 
 def task_outcome(done: "asyncio.Task[bytes]") -> bytes:
