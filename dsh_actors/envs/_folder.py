@@ -2,7 +2,8 @@
 
 One base folder per host user (``/tmp/dsh-envs-<uid>`` unless given), mode 0700, holding:
 
-    uids/                        (root hosts) one lock file per environment uid ever used
+    uids/                        (root hosts) one lock file per environment uid ever used (in
+                                 this user's default base folder, whatever folder a backend has)
     <pid>-<start>-<n>/           one backend's folder: its owner is process <pid> started at <start>
         root/                    an empty folder each environment mounts its own root over
         cgroups                  the parent cgroups it made, one path a line
@@ -65,7 +66,9 @@ class Folder:
         os.mkdir(self.path, 0o700)
         self.stage = os.path.join(self.path, "root")
         os.mkdir(self.stage, 0o755)
-        self.uid_locks = os.path.join(base, "uids")
+        # A uid is the host's, not a folder's: backends given folders of their own still
+        # claim theirs in one place, or two environments could run as one uid at once.
+        self.uid_locks = os.path.join(base_folder(), "uids")
 
     def socket(self, name: str) -> str:
         path = os.path.join(self.path, f"{name}.sock")
