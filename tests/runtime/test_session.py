@@ -224,7 +224,7 @@ def test_a_session_left_open_by_a_dead_actor_opens_over_a_new_file_and_a_live_ho
     import os
     import signal
 
-    from dsh_actors.runtime.session.client import SessionHeldError
+    from dsh_actors.runtime.session.writer import SessionHeldError
 
     agent = f"reused-{kill}-{time.monotonic_ns()}"
     first, second = tmp_path / "first.log", tmp_path / "second.log"

@@ -6,7 +6,7 @@ import pytest
 
 from dsh_actors.log import FrameFile
 from dsh_actors.log.frames import read_records
-from dsh_actors.runtime.session.client import SessionWriterCore
+from dsh_actors.runtime.session.writer import SessionWriterCore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -123,7 +123,7 @@ def test_a_writers_directory_says_where_each_session_is_and_its_successor_still_
 
 
 def test_a_writers_notes_are_compacted_as_sessions_come_and_go(tmp_path, monkeypatch):
-    from dsh_actors.runtime.session.client import SessionDirectory
+    from dsh_actors.runtime.session.writer import SessionDirectory
 
     monkeypatch.setattr(SessionDirectory, "_COMPACT_AT", 10)
     notes = tmp_path / "writer.notes"
@@ -160,7 +160,7 @@ def test_a_writer_closes_the_sessions_dead_actors_left_open_and_keeps_a_drivers(
     import asyncio
     import os
 
-    from dsh_actors.runtime.session import client as session
+    from dsh_actors.runtime.session import writer as session
 
     monkeypatch.setattr(session, "ABANDONED_S", 0.05)
     monkeypatch.setattr(session, "_all_dead", lambda holders: holders <= {"dead-runner"})
