@@ -58,13 +58,13 @@ async def bare(command: str) -> None:
 async def measure(call, in_flight: int, total: int) -> list[float]:
     samples: list[float] = []
 
-    async def lane(count: int) -> None:
+    async def lane(number: int, count: int) -> None:
         for _ in range(count):
             start = time.perf_counter()
-            await call()
+            await call(number)
             samples.append((time.perf_counter() - start) * 1e3)
 
-    await asyncio.gather(*(lane(total // in_flight) for _ in range(in_flight)))
+    await asyncio.gather(*(lane(i, total // in_flight) for i in range(in_flight)))
     return samples
 
 
@@ -72,23 +72,31 @@ BWRAP_ARGS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpf
               "--die-with-parent", "bash", "-c", "true"]
 
 
-async def client(address: str, rounds: int, bwrap: str | None,
+async def client(address: str, spread: list[str], rounds: int, bwrap: str | None,
                  runc: tuple[str, str] | None) -> dict[str, dict[str, list[float]]]:
-    env = connect(address)
-    ways = {"bare": lambda: bare("true"), "environment": lambda: env.run("true", timeout_s=30)}
+    env, envs = connect(address), [connect(a) for a in spread]
+    # Each way is a call of lane ``i``: one environment for every lane, or (a fleet's case)
+    # an environment of its own per lane, as 32 episodes on a node each running a command.
+    ways = {"bare": lambda i: bare("true"), "environment": lambda i: env.run("true", timeout_s=30),
+            "an environment per lane": lambda i: envs[i].run("true", timeout_s=30)}
     if bwrap:
-        ways["bwrap"] = lambda: _exec(bwrap, BWRAP_ARGS)
+        ways["bwrap"] = lambda i: _exec(bwrap, BWRAP_ARGS)
     if runc:
-        ways["runc exec"] = lambda: _exec(runc[0], ["exec", runc[1], "bash", "-c", "true"])
+        ways["runc exec"] = lambda i: _exec(runc[0], ["exec", runc[1], "bash", "-c", "true"])
     out: dict[str, dict[str, list[float]]] = {}
     for in_flight, total in ((1, rounds), (32, rounds * 4)):
         for name, call in ways.items():
+            if name == "an environment per lane" and in_flight == 1:
+                continue  # (one lane: the row above)
             await measure(call, in_flight, min(total, 64))  # warm-up
         for _ in range(4):  # interleaved, so a noisy neighbour hurts each alike
             for name, call in ways.items():
+                if name == "an environment per lane" and in_flight == 1:
+                    continue
                 out.setdefault(f"{name}@{in_flight}", {}).setdefault("ms", []).extend(
                     await measure(call, in_flight, total // 4))
-    await env.close()
+    for each in (env, *envs):
+        await each.close()
     return out
 
 
@@ -195,7 +203,9 @@ async def main(quick: bool) -> None:
         if runc:
             runc_samples = runc_starts(runc, runc_bundle(runc, base), containers)
         target = await backend.start("bench", EnvSpec(workspace=base))
+        spread = [await backend.start(f"lane{i}", EnvSpec(workspace=os.path.join(base, f"seq{i}"))) for i in range(32)]
         done = subprocess.run([sys.executable, __file__, "--client", target.address, "--rounds", str(rounds),
+                               "--spread", ",".join(e.address for e in spread),
                                *(["--bwrap", bwrap] if bwrap else []),
                                *(["--runc", runc, containers[0]] if runc else [])], capture_output=True, timeout=1800)
         if done.returncode != 0:
@@ -225,7 +235,7 @@ async def main(quick: bool) -> None:
     command_rows = []
     for in_flight in (1, 32):
         bare_p50, bare_p99 = quantiles(commands[f"bare@{in_flight}"]["ms"])
-        for name in ("bare", "environment", "bwrap", "runc exec"):
+        for name in ("bare", "environment", "an environment per lane", "bwrap", "runc exec"):
             key = f"{name}@{in_flight}"
             if key not in commands:
                 continue
@@ -239,6 +249,9 @@ async def main(quick: bool) -> None:
         "`bash -c true` from another process than the backend's: through `connect(address).run(...)`, and bare "
         "(`asyncio.create_subprocess_exec`, output piped) in that same process, rounds interleaved:",
         table(["way", "in flight", "p50 ms", "p99 ms", "p50 vs bare", "p99 vs bare"], command_rows),
+        "At 32 in flight, *environment* runs all 32 lanes' commands in one environment (its spawner gives each "
+        "its birth in turn, moving between command slots when they overlap), *an environment per lane* runs each "
+        "lane in an environment of its own, as a node's 32 episodes each running a command.",
         "The first command right after a start pays the environment's first cgroup moves (its spawner joining "
         "its cgroups: after an idle spell the first move waits for an RCU grace period, ~8 ms here); after that, "
         "commands one after another reuse the spawner's slot and move nothing.",
@@ -262,9 +275,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--bwrap")
     parser.add_argument("--runc", nargs=2, metavar=("PATH", "CONTAINER"))
+    parser.add_argument("--spread", default="")
     options = parser.parse_args()
     if options.client:
-        print(json.dumps(asyncio.run(client(options.client, options.rounds, options.bwrap,
+        print(json.dumps(asyncio.run(client(options.client, [a for a in options.spread.split(",") if a],
+                                            options.rounds, options.bwrap,
                                             tuple(options.runc) if options.runc else None))))
     else:
         asyncio.run(main(options.quick))
