@@ -34,7 +34,7 @@ from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
 from .requester import CHECK_S, requester, still_there
 from .revive import live_actor_async
 from .caller.routes import this_node
-from .wire import DEFAULT_NAMESPACE, agent_session
+from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
 __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment", "env_id_of",
            "end_environment", "start_environment"]
@@ -52,10 +52,6 @@ def env_id_of(session_id: str) -> str:
     name, and unique (two session ids never share one)."""
     readable = re.sub(r"[^A-Za-z0-9_.-]", "_", session_id)[:48]
     return f"{readable}-{hashlib.sha256(session_id.encode()).hexdigest()[:12]}"
-
-
-def host_name(node: str) -> str:
-    return f"dsh-envs:{node}"
 
 
 def _make_backend() -> Any:
@@ -141,7 +137,7 @@ async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
     handle = _HOSTS.get((namespace, node))
     if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
         handle, _ = await live_actor_async(
-            lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=host_name(node), namespace=namespace,  # type: ignore[attr-defined]
+            lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=env_host_name(node), namespace=namespace,  # type: ignore[attr-defined]
                                     get_if_exists=True,
                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
             lambda h: h.ping.remote(), what=f"the environment host of node {node[:12]}", unavailable=RayRuntimeError)

@@ -54,7 +54,7 @@ from ..core.within import within
 from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, RAY_ERROR, died_for_good
 from .requester import CHECK_S, requester, still_there
-from .wire import DEFAULT_NAMESPACE
+from .wire import DEFAULT_NAMESPACE, limiter_name
 
 __all__ = ["CONFIRM_S", "FleetLimitConflictError", "FleetLimitUnavailableError", "LEASE_S", "LimiterActor",
            "fleet_limit", "parse_fleet_limit"]
@@ -83,10 +83,6 @@ class FleetLimitUnavailableError(HarnessError):
     """No fleet limiter could be reached to take a slot (the call did not run)."""
 
     code = "FLEET_LIMIT_UNAVAILABLE"
-
-
-def limiter_name(name: str) -> str:
-    return f"dsh-limits:{name}"
 
 
 class _Waiter:

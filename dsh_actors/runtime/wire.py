@@ -1,6 +1,7 @@
 """The wire: what crosses between a client, the registry's actors and an executor.
 
-- actor names (every named actor the runtime makes is named here);
+- actor names (every named actor the runtime makes is named here: registries are named by
+  their users, episode runners by the batch job);
 - :class:`PlanTicket`, what a client caches per scope to say which plan a call runs;
 - the call envelope (:class:`Envelope`): one msgpack bytes argument per call, carrying
   the execution the client created (token, identity, frozen arguments) — it packs and
@@ -42,8 +43,11 @@ __all__ = [
     "Envelope",
     "agent_session",
     "approvals_actor_name",
+    "env_host_name",
     "host_index",
+    "limiter_name",
     "scope_actor_name",
+    "session_writer_name",
 ]
 
 
@@ -67,6 +71,21 @@ def host_index(agent: str, hosts: int) -> int:
 
 def approvals_actor_name(registry: str) -> str:
     return f"dsh-approvals:{registry}"
+
+
+def limiter_name(name: str) -> str:
+    """The fleet-wide limiter of limit group ``name``."""
+    return f"dsh-limits:{name}"
+
+
+def env_host_name(node: str) -> str:
+    """The environment host of node ``node``."""
+    return f"dsh-envs:{node}"
+
+
+def session_writer_name(node: str) -> str:
+    """The session writer of node ``node``."""
+    return f"dsh-session-writer:{node}"
 
 
 def agent_session(sessions: str | None, agent: str) -> str:

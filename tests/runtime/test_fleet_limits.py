@@ -13,7 +13,8 @@ import ray
 
 from dsh_actors import define_tool, text_block
 from dsh_actors.eval.job import run_episodes
-from dsh_actors.runtime.limits import LimiterActor, fleet_limit, limiter_name, parse_fleet_limit
+from dsh_actors.runtime.limits import LimiterActor, fleet_limit, parse_fleet_limit
+from dsh_actors.runtime.wire import limiter_name
 
 from .fixtures import WhenMarked, shares_one_host_registry
 
@@ -195,7 +196,8 @@ class Doomed:
         return PROCESS_INCARNATION
 
     async def wait_for_slots(self, name, leases):
-        from dsh_actors.runtime.limits import LimiterActor, LIMITER_OPTIONS, limiter_name
+        from dsh_actors.runtime.limits import LimiterActor, LIMITER_OPTIONS
+        from dsh_actors.runtime.wire import limiter_name
         from dsh_actors.runtime.requester import requester
 
         limiter = LimiterActor.options(name=limiter_name(name), namespace="dsh-actors", get_if_exists=True,
@@ -206,7 +208,8 @@ class Doomed:
 def test_a_dead_callers_waiting_requests_are_dropped_and_never_granted(ray_cluster):
     """Waiters of a process that died (a job whose driver died, its executors with it)
     used to be granted the slot in turn, each held 30 s by nobody."""
-    from dsh_actors.runtime.limits import LIMITER_OPTIONS, limiter_name
+    from dsh_actors.runtime.limits import LIMITER_OPTIONS
+    from dsh_actors.runtime.wire import limiter_name
 
     name = f"dead-{os.getpid()}-{time.monotonic_ns()}"
     limiter = LimiterActor.options(name=limiter_name(name), namespace="dsh-actors", get_if_exists=True,

@@ -42,11 +42,11 @@ from ..errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, rememb
 from ..local import ensure_ray
 from ..response import Response, background_loop
 from ..revive import live_actor, live_actor_async
-from ..wire import DEFAULT_NAMESPACE
+from ..wire import DEFAULT_NAMESPACE, session_writer_name
 from .writer import (FSYNC_POLICIES, SESSION_WRITER_OPTIONS, SessionHeldError, SessionLogWriteError, SessionWriter,
                      SessionWriterCore, SessionWriterService)
 __all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter",
-           "SessionWriterCore", "SessionWriterService", "writer_name"]
+           "SessionWriterCore", "SessionWriterService"]
 
 class _Batcher:
     """One loop's ops on one writer (opens, appends, closes), sent through a
@@ -126,7 +126,7 @@ def _existing_writer(namespace: str, node: str) -> Any:
     if handle is not None and handle._actor_id.hex() not in DEAD_ACTORS:
         return handle
     try:
-        return ray.get_actor(writer_name(node), namespace=namespace)
+        return ray.get_actor(session_writer_name(node), namespace=namespace)
     except ValueError:
         return None
 
@@ -157,16 +157,12 @@ async def _where(session_id: str, namespace: str, nodes: list[str]) -> dict[str,
     return None
 
 
-def writer_name(node_id: str) -> str:
-    return f"dsh-session-writer:{node_id}"
-
-
 _WRITERS: dict[tuple[str, str], Any] = {}
 
 
 def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
     return lambda: SessionWriter.options(  # type: ignore[attr-defined]
-        **SESSION_WRITER_OPTIONS, name=writer_name(node), namespace=namespace, get_if_exists=True,
+        **SESSION_WRITER_OPTIONS, name=session_writer_name(node), namespace=namespace, get_if_exists=True,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote()
 
