@@ -60,7 +60,8 @@ from .policies import check_fleet_caps
 from .report_html import render_html
 from .reports import EpisodeReport, markdown_of, summary_of
 from .run_folder import RunFolderError, prepare, write_reports, write_summaries
-from .runners import RunnerFleet, Work
+from .runner import Work
+from .runners import RunnerFleet
 
 __all__ = ["DEFAULT_SYSTEM", "EpisodeReport", "PluginError", "RunFolderError", "ToolFailedError",
            "example_episodes", "run_episodes", "run_eval"]

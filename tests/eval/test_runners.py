@@ -522,13 +522,13 @@ def test_a_tool_that_never_returns_ends_its_call_at_the_jobs_deadline(ray_cluste
 def test_runners_that_die_before_they_answer_are_replaced_and_the_job_runs(ray_cluster, tmp_path, monkeypatch):
     """Every runner the job makes first dies in its first call (before it says it is up):
     each is replaced, like one lost later, and every episode runs once."""
-    from dsh_actors.eval import runners
+    from dsh_actors.eval import runner, runners
 
     deaths, marks = tmp_path / "deaths", tmp_path / "marks"
     deaths.mkdir()
     marks.mkdir()
 
-    class DiesFirst(runners.EpisodeRunnerCore):
+    class DiesFirst(runner.EpisodeRunnerCore):
         def ready(self):
             if len(list(deaths.iterdir())) < 2:  # the first two runners to answer die instead
                 (deaths / str(os.getpid())).touch()
