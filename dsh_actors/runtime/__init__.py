@@ -4,7 +4,8 @@ It places the pure semantics of :mod:`dsh_actors.core` onto actors and tasks and
 translates Ray's failures into results with stable codes at one boundary.
 """
 
-from .client import AgentScope, Disposer, Plugin, ToolRegistry
+from .client import AgentScope, Plugin, ToolRegistry
+from .disposer import Disposer
 from .envhost import AgentEnvironments, agent_environment, end_environment, start_environment
 from .errors import (
     ExecutionCancelledError,

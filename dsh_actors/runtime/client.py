@@ -13,7 +13,6 @@ plugin (a driver, a job, an actor) dies.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from .caller.owner import owner
 from .local import ensure_ray
 from .registry.registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .registry.registry_config import RegistryConfig
+from .disposer import Disposer, process_anchor
 from .response import Response
 from .revive import live_actor, release
 from .wire import DEFAULT_NAMESPACE, agent_session
@@ -42,62 +42,13 @@ from .wire import DEFAULT_NAMESPACE, agent_session
 if TYPE_CHECKING:
     from .registry.approval import ApprovalQueue
 
-__all__ = ["AgentScope", "Disposer", "Plugin", "ToolRegistry"]
+__all__ = ["AgentScope", "Plugin", "ToolRegistry"]
 
 _UNKNOWN: Any = ("not asked yet",)  # a registry's ``sessions`` before it is known (it pickles; no str is it)
 
 
-class Disposer:
-    """Undoes one registration: ``disposer()`` starts the undo at once and returns its
-    :class:`Response` (await it, block on it, or drop it). Calling again returns the same
-    response; after a failed undo (the registry was unreachable) it tries again.
-    ``disposed`` is true once the undo has finished."""
-
-    __slots__ = ("_undo", "_response", "_lock")
-
-    def __init__(self, undo: Callable[[], Any]) -> None:
-        self._undo = undo
-        self._response: Response[None] | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self) -> Response[None]:
-        with self._lock:
-            if self._response is None or self._response.failed():
-                self._response = Response(self._undo)
-            return self._response
-
-    @property
-    def disposed(self) -> bool:
-        response = self._response
-        return response is not None and response.done() and not response.failed()
-
-
-# --- the owner anchor: fate-sharing plugins with the process that made them -------------
-
-
-class _OwnerAnchorService:
-    """A tiny actor owned by one client process: Ray kills it when that process dies,
-    which tells the registry to dispose that process's plugins."""
-
-    async def wait(self) -> None:
-        await asyncio.Event().wait()
-
-
-_anchor: Any = None
-_anchor_lock = threading.Lock()
-
-
-def _process_anchor() -> Any:
-    global _anchor
-    with _anchor_lock:
-        if _anchor is None:
-            _anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
-        return _anchor
-
-
 def _names_now(value: Any) -> Any:
-    """A restriction's name list copied at the call (anything else is left for the scope
-    actor to refuse with its usual message)."""
+    """A restriction's name list copied at the call (the scope actor refuses anything else)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         return value
     return list(value)
@@ -492,12 +443,8 @@ class Plugin(_Registrar):
             if self._watched:
                 return
             self._watched = True
-        self._link.actor().watch_owner.remote(self._owner, _process_anchor())
+        self._link.actor().watch_owner.remote(self._owner, process_anchor())
 
     def dispose(self) -> Response[int]:
         """Dispose every registration of this plugin, last first; resolves to how many."""
         return Response(lambda: self._link.call("dispose_owner", self._owner))
-
-
-_OwnerAnchor = ray.remote(_OwnerAnchorService)
-"""The anchor actor class (fate-shared with its owner's process)."""
