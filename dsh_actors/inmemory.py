@@ -15,8 +15,9 @@ from .codemode.transport import build_run_code, check_runtime
 from .core.errors import DefinitionError
 from .core.pipeline import ApprovalSeam, execute as run_pipeline
 from .core.pipeline.chain import settle
-from .core.registry import EXCLUSIVE, MODES, RUN_CODE, Event, InMemoryDisposer, RegistryState, call_fields, \
-    execution_mode, unscoped_restriction
+from .core.registry import MODES, RUN_CODE, Event, InMemoryDisposer, RegistryState
+from .core.definitions import EXCLUSIVE, call_fields, execution_mode
+from .core.restrictions import unscoped_restriction
 from .core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 
 __all__ = ["InMemoryPlugin", "InMemoryRegistry", "InMemoryScope"]

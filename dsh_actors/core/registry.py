@@ -13,38 +13,29 @@ import bisect
 import heapq
 import inspect
 import itertools
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from .boundary import is_own_cancellation
-from .errors import DefinitionError, DuplicateToolError, ReservedNameError, RestrictionError
-from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot
+from .definitions import check_frozen, snapshot_definition
+from .errors import DefinitionError, DuplicateToolError, ReservedNameError
+from .jsonvalue import FrozenDict
 from .pipeline import ApprovalSeam, ExecutionPlan
+from .restrictions import ToolRestriction, compile_restriction, unscoped_restriction
 from .types import ToolDefinition
 
 __all__ = [
     "Chains",
     "EVENTS",
-    "EXCLUSIVE",
     "InMemoryDisposer",
     "MODES",
-    "PARALLEL",
     "RUN_CODE",
     "RegistryState",
     "ScopeLayer",
-    "ToolRestriction",
-    "call_fields",
-    "check_frozen",
     "check_guard",
     "check_listener",
     "check_reserved",
-    "compile_restriction",
     "compose_plan",
-    "execution_mode",
-    "snapshot_definition",
-    "unscoped_restriction",
     "visible_tools",
 ]
 
@@ -82,163 +73,6 @@ class InMemoryDisposer:
 
     def __exit__(self, *_: object) -> None:
         self()
-
-
-# --- definitions -----------------------------------------------------------------------
-
-_DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
-                      "present_call", "present_result", "is_concurrency_safe", "extras")
-
-
-def unscoped_restriction() -> RestrictionError:
-    """The refusal of ``restrict()`` on a registry (restrictions belong to an agent scope)."""
-    return RestrictionError(
-        "tools.restrict() requires a scoped context (registry.scope(agent_id)): a restriction "
-        "masks one agent's view of the global tools")
-
-
-def check_frozen(definition: Any) -> ToolDefinition:
-    """``definition`` itself, when it is what :func:`snapshot_definition` returns (a
-    registration frozen once, by the client that sent it); else :class:`DefinitionError`."""
-    if not isinstance(definition, ToolDefinition):
-        raise DefinitionError(f"a frozen registration must be a ToolDefinition; got {type(definition).__name__}")
-    return definition
-
-
-def snapshot_definition(definition: Any) -> ToolDefinition:
-    """Freeze a definition for registration.
-
-    Accepts a :class:`ToolDefinition`, a mapping, or any object with the fields.
-    ``parameters`` must be a lossless JSON object; callbacks are read once (a method is
-    bound to the original object then), so replacing one on the original later changes
-    nothing; ``timeout_ms`` must be a positive finite number when present.
-    """
-    if isinstance(definition, Mapping):
-        read: Callable[[str], Any] = definition.get
-    else:
-        read = lambda key: getattr(definition, key, None)  # noqa: E731
-    fields = {key: read(key) for key in _DEFINITION_FIELDS}
-    name = fields["name"]
-    if not isinstance(name, str) or not name:
-        raise DefinitionError("a tool definition needs a non-empty str name")
-    budget = fields["timeout_ms"]
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, (int, float))
-        or not math.isfinite(budget) or budget <= 0
-    ):
-        raise DefinitionError(f'tool "{name}" timeout_ms must be a positive finite number')
-    if not isinstance(fields["description"], str):
-        raise DefinitionError(f'tool "{name}" description must be a str')
-    try:
-        parameters = snapshot(fields["parameters"], path="parameters")
-    except NotLosslessJSONError as exc:
-        raise DefinitionError(f'tool "{name}" parameters must be lossless JSON ({exc})') from None
-    if not isinstance(parameters, Mapping):
-        raise DefinitionError(f'tool "{name}" parameters must be a JSON Schema object')
-    if not callable(fields["execute"]):
-        raise DefinitionError(f'tool "{name}" needs a callable execute(args, ctx)')
-    for key in ("present_call", "present_result", "is_concurrency_safe"):
-        if fields[key] is not None and not callable(fields[key]):
-            raise DefinitionError(f'tool "{name}" {key} must be callable or None')
-    extras = fields["extras"] or {}
-    if not isinstance(extras, Mapping):
-        raise DefinitionError(f'tool "{name}" extras must be a mapping')
-    return ToolDefinition(
-        name=name, description=fields["description"], parameters=parameters,
-        execute=fields["execute"], timeout_ms=budget,
-        present_call=fields["present_call"], present_result=fields["present_result"],
-        is_concurrency_safe=fields["is_concurrency_safe"], extras=FrozenDict(extras),
-    )
-
-
-# --- execution modes ---------------------------------------------------------------------
-
-PARALLEL: Mapping[str, str] = FrozenDict({"kind": "parallel"})
-EXCLUSIVE: Mapping[str, str] = FrozenDict({"kind": "exclusive"})
-
-
-def execution_mode(definition: ToolDefinition | None, arguments: Any) -> Mapping[str, str]:
-    """``{"kind": "parallel"}`` only when ``definition`` (the tool as the calling scope
-    sees it) declares a classifier and it returns exactly ``True`` for ``arguments`` (the
-    caller's, as given); anything else — no tool, no classifier, ``False``, a truthy
-    non-bool, a classifier that raises — is ``{"kind": "exclusive"}``."""
-    classify = definition.is_concurrency_safe if definition is not None else None
-    if classify is None:
-        return EXCLUSIVE
-    try:
-        return PARALLEL if classify(arguments) is True else EXCLUSIVE
-    except BaseException as exc:  # a classifier's KeyboardInterrupt too: exclusive, never raised
-        if is_own_cancellation(exc):
-            raise
-        return EXCLUSIVE
-
-
-def call_fields(call: Any) -> tuple[Any, Any, Any]:
-    """``(name, arguments, agent)`` of a call given as a mapping or an object."""
-    if isinstance(call, Mapping):
-        return call.get("name"), call.get("arguments"), call.get("agent")
-    return getattr(call, "name", None), getattr(call, "arguments", None), getattr(call, "agent", None)
-
-
-# --- restrictions ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ToolRestriction:
-    """A compiled mask over the global layer: ``allow`` keeps only, ``deny`` removes."""
-
-    allow: frozenset[str] | None = None
-    deny: frozenset[str] | None = None
-
-    def admits(self, name: str) -> bool:
-        return (self.allow is None or name in self.allow) and (self.deny is None or name not in self.deny)
-
-
-def _names(value: object, key: str) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise RestrictionError(f"tools.restrict() {key} must be a list of tool names")
-    names = list(value)
-    if not all(isinstance(n, str) for n in names):
-        raise RestrictionError(f"tools.restrict() {key} must contain only str tool names")
-    return names
-
-
-def compile_restriction(spec: Mapping[str, Any] | None, known_globals: Iterable[str],
-                        reserved: Iterable[str] = ()) -> ToolRestriction:
-    """Validate a ``{allow?, deny?}`` filter against the current global names and compile it."""
-    spec = spec or {}
-    extra = sorted(str(k) for k in spec if k not in ("allow", "deny"))
-    if extra:
-        raise RestrictionError(f"tools.restrict() got unknown key(s) {extra}; use allow and/or deny")
-    allow = _names(spec.get("allow"), "allow")
-    deny = _names(spec.get("deny"), "deny")
-    if allow is None and deny is None:
-        raise RestrictionError(
-            "tools.restrict({}) is a no-op: pass allow=[...] to keep only those tools "
-            "and/or deny=[...] to hide them"
-        )
-    named = [*(allow or []), *(deny or [])]
-    for name in named:
-        if name in reserved:
-            raise RestrictionError(
-                f'tools.restrict() cannot name reserved Code Mode presentation transport "{name}"; '
-                "restrict end-capability tools instead"
-            )
-    known = set(known_globals)
-    unknown = [name for name in named if name not in known]
-    if unknown:
-        listing = ", ".join(sorted(known)) or "(none)"
-        quoted = ", ".join(f'"{name}"' for name in unknown)
-        noun = "tool" if len(unknown) == 1 else "tools"
-        raise RestrictionError(
-            f"tools.restrict() names unknown global {noun} {quoted}; known global tools: {listing}"
-        )
-    return ToolRestriction(
-        allow=None if allow is None else frozenset(allow),
-        deny=None if deny is None else frozenset(deny),
-    )
 
 
 # --- the tables ------------------------------------------------------------------------

@@ -42,7 +42,8 @@ from tqdm import tqdm
 from ..agent import ModelConfig
 from ..codemode.runtime import CodeRuntimeConfig
 from ..core import trace_export
-from ..core.registry import RUN_CODE, snapshot_definition
+from ..core.registry import RUN_CODE
+from ..core.definitions import snapshot_definition
 from ..policies import Breaker, breaker_policy, deadline_policy
 from ..runtime.registry.approval import check_policy
 from ..runtime.client import ToolRegistry

@@ -1,14 +1,13 @@
 """The clients: :class:`ToolRegistry`, :class:`AgentScope` and :class:`Plugin`.
 
-They mirror the specification's service in snake_case over the registry actor and the
-agent scope actors. Every call returns a :class:`~dsh_actors.runtime.response.Response`:
-``await`` it in async code, ``.result(timeout_s=...)`` in a plain driver. Clients pickle
-as their names and reconnect on the other side, so an actor or a task can receive one.
+They mirror the specification's service in snake_case over the registry actor and the agent
+scope actors. Every call returns a :class:`~dsh_actors.runtime.response.Response`: ``await``
+it in async code, ``.result(timeout_s=...)`` in a plain driver. Clients pickle as their
+names and reconnect on the other side, so an actor or a task can receive one.
 
-Lifetimes: registrations made directly on a registry or scope live until disposed (or
-until their registry goes away); a :meth:`ToolRegistry.plugin` handle groups
-registrations that are disposed together — explicitly, or when the process that made the
-plugin (a driver, a job, an actor) dies.
+Lifetimes: a registration made on a registry or scope lives until disposed (or until its
+registry goes away); a :meth:`ToolRegistry.plugin` groups registrations disposed together —
+explicitly, or when the process that made it (a driver, a job, an actor) dies.
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ from ..codemode.sdk import sdk_section_text
 from ..codemode.transport import CodeRuntimeMissingError
 from ..core.errors import DefinitionError
 from ..core.trace_export import FLUSH_S
-from ..core.registry import EXCLUSIVE, RUN_CODE, Event, call_fields, check_guard, check_listener, \
-    execution_mode, snapshot_definition, unscoped_restriction
+from ..core.registry import RUN_CODE, Event, check_guard, check_listener
+from ..core.definitions import EXCLUSIVE, call_fields, execution_mode, snapshot_definition
+from ..core.restrictions import unscoped_restriction
 from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 from .caller.calls import Call, CallInput
 from .errors import RAY_ERROR, RegistryUnavailableError

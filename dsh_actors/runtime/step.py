@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.errors import error_result
 from ..core.jsonvalue import NotLosslessJSONError, snapshot
-from ..core.registry import execution_mode
+from ..core.definitions import execution_mode
 from ..core.types import ToolExecutionResult
 from ..log import context_message_event, tool_result_event
 from .client import AgentScope

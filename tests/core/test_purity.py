@@ -2,7 +2,6 @@
 
 import pkgutil
 
-import pytest
 import subprocess
 import sys
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from ...core.errors import error_message
 from ...core.pipeline import ExecutionPlan
-from ...core.registry import Chains, RegistryState, check_frozen
+from ...core.registry import Chains, RegistryState
+from ...core.definitions import check_frozen
 from ...core.types import ToolDefinition, ToolSchema
 from ..executor.placement import execution_options
 from ..wire import PlanTicket

@@ -29,8 +29,9 @@ from typing import Any, Callable, Iterable, Mapping
 import ray
 
 from ...core.pipeline import ExecutionPlan
-from ...core.registry import Chains, ScopeLayer, check_listener, check_reserved, compile_restriction, compose_plan, \
-    check_frozen
+from ...core.registry import Chains, ScopeLayer, check_listener, check_reserved, compose_plan
+from ...core.definitions import check_frozen
+from ...core.restrictions import compile_restriction
 from ...core.types import ToolDefinition, ToolSchema
 from ..executor.placement import execution_options
 from ..wire import PlanTicket
