@@ -3,7 +3,8 @@
 Each test is an attack a hostile (or careless) program makes on the process that hosts its
 run — on Ray, the node's executor, which every agent there shares. The assertions look at
 that process from outside the run: its RSS and CPU sampled from ``/proc`` while the run
-goes, the worst gap between ticks of its event loop, counts of what the tools really ran,
+goes, the longest its event loop was kept from its other work (a step's CPU, or a system
+call that is not its wait for work), counts of what the tools really ran,
 and the coded refusals the program saw. The thresholds are far from the measured failure
 (RSS in gigabytes, stalls of seconds) so a noisy machine does not trip them.
 """
@@ -23,7 +24,7 @@ from .watch import watched
 MB = 1 << 20
 TIGHT = dict(compute_ms=2000, max_wall_ms=20_000, max_log_bytes=1024, max_value_bytes=4096, max_memory_mb=256,
              max_arg_bytes=256 * 1024, max_result_bytes=256 * 1024, max_calls_in_flight=16, max_bytes_in_flight=MB)
-STALL_S = 0.5  # the worst loop tick gap allowed while an attack runs (attacks measured 1.75-8.5 s before)
+STALL_S = 0.5  # the longest the host's loop may be kept from its other work (attacks measured 1.75-8.5 s before)
 RSS_MB = 200  # host growth allowed (attacks measured 1.5-3 GB before)
 
 
@@ -97,7 +98,7 @@ def test_one_argument_of_tens_of_megabytes_fails_alone_before_the_host_copies_it
     assert result.error is None, result
     assert refusals(result, "ARGS_TOO_LARGE") == 1 and result.value.endswith("| len 17"), result.value[:300]
     assert tools.ran == 1  # only the small call reached a tool
-    assert w.peak_rss_growth < RSS_MB * MB and w.worst_gap_s < STALL_S
+    assert w.peak_rss_growth < RSS_MB * MB and w.stall_s < STALL_S
 
 
 def test_many_gathered_calls_sharing_one_large_string_are_bounded_by_bytes_in_flight(runtime):
@@ -110,7 +111,7 @@ def test_many_gathered_calls_sharing_one_large_string_are_bounded_by_bytes_in_fl
     admitted, refused = json.loads(result.value)
     assert admitted == tools.ran and admitted + refused == 200 and refused > 0
     assert 1 <= tools.most_at_once <= 5  # 1 MiB in flight / 200 KiB each
-    assert w.peak_rss_growth < RSS_MB * MB and w.worst_gap_s < STALL_S
+    assert w.peak_rss_growth < RSS_MB * MB and w.stall_s < STALL_S
 
 
 def test_calls_in_flight_are_capped_and_the_rest_fail_alone(runtime):
@@ -141,13 +142,13 @@ def test_a_16_mb_printed_line_costs_the_host_little_and_is_cut(runtime):
     program = "line = 'z' * (16 * 1024 * 1024)\nfor _ in range(4):\n    print(line, end='')\nprint()\nreturn 'done'"
     result, w, _ = attack(runtime, program)
     assert result.value == "done" and result.logs == ["[dsh-code-runtime] log capture truncated at 1024 bytes"]
-    assert w.cpu_s < 2.0 and w.worst_gap_s < STALL_S  # the host's CPU for a 64 MB line, against a 2 s budget
+    assert w.cpu_s < 2.0 and w.stall_s < STALL_S  # the host's CPU for a 64 MB line, against a 2 s budget
     assert w.peak_rss_growth < RSS_MB * MB
 
 
 def test_returning_millions_of_items_never_stalls_the_host_and_comes_back_cut(runtime):
     result, w, _ = attack(runtime, "return list(range(3_000_000))")
-    assert w.worst_gap_s < STALL_S and w.peak_rss_growth < RSS_MB * MB
+    assert w.stall_s < STALL_S and w.peak_rss_growth < RSS_MB * MB
     assert result.error is None or result.error.kind == "timeout", result  # the rendering is the run's own work
     if result.error is None:
         assert result.value.startswith("[0, 1, 2") and result.value.endswith("… [truncated]")
@@ -173,7 +174,7 @@ def test_a_flood_of_tiny_frames_or_prints_is_charged_to_the_runs_compute_budget(
     assert result.error is not None and result.error.kind == "timeout", result
     assert "compute budget exhausted" in result.error.message
     assert time.monotonic() - started < 10  # the 2 s budget ended it, not the 20 s wall ceiling
-    assert w.cpu_s < 4.0 and w.worst_gap_s < STALL_S
+    assert w.cpu_s < 4.0 and w.stall_s < STALL_S
 
 
 def test_forged_call_frames_resent_from_one_payload_are_bounded(runtime):
@@ -196,7 +197,7 @@ def test_forged_call_frames_resent_from_one_payload_are_bounded(runtime):
                    "import time\ntime.sleep(1)\nreturn 'sent'")
         result, w, tools = attack(runtime, program)
         assert result.value == "sent" and tools.most_at_once <= 5, (result, tools.most_at_once)  # 1 MiB in flight
-    assert w.peak_rss_growth < RSS_MB * MB and w.worst_gap_s < STALL_S
+    assert w.peak_rss_growth < RSS_MB * MB and w.stall_s < STALL_S
 
 
 def test_an_attacking_run_leaves_concurrent_runs_their_results(runtime):
@@ -217,4 +218,4 @@ def test_an_attacking_run_leaves_concurrent_runs_their_results(runtime):
     results, w = asyncio.run(scenario())
     assert results[0].error is not None and results[0].error.kind == "timeout"
     assert [r.value for r in results[1:]] == ["25"] * 8, results[1:]
-    assert tools.ran == 40 and w.worst_gap_s < STALL_S
+    assert tools.ran == 40 and w.stall_s < STALL_S

@@ -80,28 +80,29 @@ class SyscallStalls:
 
 
 class HostWatch:
-    """While its block runs: the worst gap between ticks of the running event loop, the
-    peak RSS of this process above where it started, and the CPU this process spent."""
+    """While its block runs: how long this process's event loop was ever kept from its other
+    work — the longest step it ran (CPU seconds of one callback between two awaits) and the
+    longest it sat in one system call that is not its wait for work (read from /proc) —,
+    the peak RSS of this process above where it started, and the CPU this process spent.
+    No wall-clock gap: on a shared machine a loop waits for a core without being stalled."""
 
-    def __init__(self, tick_s=0.005, sample_s=0.005, files=()):
-        self.tick_s, self.sample_s = tick_s, sample_s
+    def __init__(self, sample_s=0.005, files=()):
+        self.sample_s = sample_s
         self.files = list(files)  # extra numbers to sample (e.g. a cgroup's memory usage), peak kept
-        self.worst_gap_s = 0.0
+        self.worst_step_s = 0.0
         self.peak_rss_growth = 0
         self.cpu_s = 0.0
         self.peaks = {}
 
-    async def _tick(self):
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self.tick_s)
-            now = time.monotonic()
-            self.worst_gap_s = max(self.worst_gap_s, now - last)
-            last = now
+    @property
+    def stall_s(self):
+        """The longest the loop was kept from its other work, by CPU or in a system call."""
+        return max(self.worst_step_s, self._stalls.longest_s)
 
     def _sample(self, stop):
         while not stop.is_set():
             self.peak_rss_growth = max(self.peak_rss_growth, rss_bytes() - self._rss0)
+            self._stalls.sample()
             for path in self.files:
                 try:
                     value = int(Path(path).read_text().split()[0])
@@ -110,18 +111,34 @@ class HostWatch:
                 self.peaks[path] = max(self.peaks.get(path, 0), value)
             stop.wait(self.sample_s)
 
+    def _meter_steps(self):
+        """Time every step of this thread's loop (asyncio's ``Handle._run``), by thread CPU."""
+        run, loop_thread = asyncio.events.Handle._run, threading.get_native_id()
+
+        def metered(handle):
+            if threading.get_native_id() != loop_thread:
+                return run(handle)
+            started = time.thread_time()
+            try:
+                return run(handle)
+            finally:
+                self.worst_step_s = max(self.worst_step_s, time.thread_time() - started)
+
+        asyncio.events.Handle._run = metered
+        return run
+
     async def __aenter__(self):
         self._rss0 = rss_bytes()
         self._cpu0 = cpu_seconds()
+        self._stalls = SyscallStalls(os.getpid(), [threading.get_native_id()])
+        self._unmetered = self._meter_steps()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, args=(self._stop,), daemon=True)
         self._sampler.start()
-        self._ticker = asyncio.ensure_future(self._tick())
-        await asyncio.sleep(0)
         return self
 
     async def __aexit__(self, *exc):
-        self._ticker.cancel()
+        asyncio.events.Handle._run = self._unmetered
         self._stop.set()
         self._sampler.join()
         self.cpu_s = cpu_seconds() - self._cpu0
