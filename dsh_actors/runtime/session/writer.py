@@ -1,15 +1,13 @@
 """The session writer: one detached actor per node owns the files of the sessions opened there.
 
-Appends from every process reach it as batches, and it commits whatever arrived while its
-previous commit ran as one group: each session's frames written in order, then one sync
-covering every file written (``syncfs`` per file system; ``fsync`` per file where that is
-missing). With the ``always`` policy an append is acknowledged only after the sync that
-covers it. Where a session is open (its file, policy and node) is what its writer answers
-(:class:`SessionDirectory`, with recovery notes in Ray's session folder), so any process can
-find it by id. :class:`SessionWriterCore` is the plain writer (no Ray: tests drive it
-directly); :class:`SessionWriterService` puts it on a thread of the actor.
+Appends from every process reach it as batches; it commits what arrived while its previous
+commit ran as one group: each session's frames in order, then one sync covering every file
+written (``syncfs`` per file system, else ``fsync`` per file). Under ``always`` an append is
+acknowledged only after the sync that covers it. Where a session is open is what its writer
+answers (:class:`SessionDirectory`, with recovery notes in Ray's session folder).
+:class:`SessionWriterCore` is the plain writer (no Ray); :class:`SessionWriterService` puts
+it on a thread of the actor.
 """
-
 
 from __future__ import annotations
 
