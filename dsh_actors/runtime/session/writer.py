@@ -58,9 +58,7 @@ def _syncfs() -> Any:
 
 
 _SYNCFS = _syncfs()
-
-
-logger = logging.getLogger("dsh_actors.runtime")  # not `log`: that names a SessionLog here
+logger = logging.getLogger("dsh_actors.runtime")
 
 
 class SessionHeldError(HarnessError, ValueError):
