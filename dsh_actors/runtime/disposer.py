@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import ray
 
+from .process import current
 from .response import Response
 
 __all__ = ["Disposer", "process_anchor"]
@@ -48,17 +49,16 @@ class _OwnerAnchorService:
         await asyncio.Event().wait()
 
 
-_anchor: Any = None
 _anchor_lock = threading.Lock()
 
 
 def process_anchor() -> Any:
     """This process's anchor actor (made on first use): Ray kills it when this process dies."""
-    global _anchor
+    state = current()
     with _anchor_lock:
-        if _anchor is None:
-            _anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
-        return _anchor
+        if state.anchor is None:
+            state.anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
+        return state.anchor
 
 
 _OwnerAnchor = ray.remote(_OwnerAnchorService)

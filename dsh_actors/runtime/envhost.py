@@ -31,6 +31,7 @@ from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, Enviro
                              Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
+from .process import current
 from .requester import CHECK_S, requester, still_there
 from .revive import live_actor_async
 from .caller.routes import this_node
@@ -129,19 +130,17 @@ EnvHost = ray.remote(EnvHostService)
 """The environment host actor (options: :data:`ENV_HOST_OPTIONS`)."""
 
 
-_HOSTS: dict[tuple[str, str], Any] = {}
-
-
 async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
     """This process's handle on ``node``'s environment host, made (or found) on first use."""
-    handle = _HOSTS.get((namespace, node))
+    hosts = current().env_hosts
+    handle = hosts.get((namespace, node))
     if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
         handle, _ = await live_actor_async(
             lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=env_host_name(node), namespace=namespace,  # type: ignore[attr-defined]
                                     get_if_exists=True,
                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
             lambda h: h.ping.remote(), what=f"the environment host of node {node[:12]}", unavailable=RayRuntimeError)
-        _HOSTS[(namespace, node)] = handle
+        hosts[(namespace, node)] = handle
     return handle
 
 

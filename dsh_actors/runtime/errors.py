@@ -24,6 +24,7 @@ from typing import Any
 import ray.exceptions as rx
 
 from ..core.errors import ExecutionCancelledError, HarnessError, error_message
+from .process import current
 
 __all__ = [
     "ChannelLost",
@@ -208,9 +209,8 @@ def translate(exc: BaseException, *, actor: type[HarnessError] = RayRuntimeError
     return mapped
 
 
-DEAD_ACTORS: set[str] = set()
-"""Ids (hex) of actors this process saw die for good: a client holding one of them
-re-resolves its actor by name instead of reusing a dead handle."""
+DEAD_ACTORS: set[str] = current().dead_actors
+"""Ids (hex) of actors this process saw die for good (:attr:`.process.ProcessState.dead_actors`)."""
 
 
 async def remote_call(method: Any, *args: Any, unavailable: type[HarnessError] = RayRuntimeError,

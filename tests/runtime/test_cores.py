@@ -74,7 +74,9 @@ def test_a_workers_first_code_runtime_is_made_off_its_loop_and_once_for_runs_tha
 
     monkeypatch.setattr(codemode, "make_runtime", make_runtime)
     monkeypatch.setattr(codemode, "resolved_backend", lambda config: "cpython")
-    monkeypatch.setattr(codemode, "_runtimes", {})
+    from dsh_actors.runtime import process
+
+    monkeypatch.setattr(process.current(), "code_runtimes", {})
     config = CodeRuntimeConfig(compute_ms=1234)
 
     async def first_runs():

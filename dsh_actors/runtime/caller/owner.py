@@ -16,12 +16,12 @@ restarting executor) holds for all.
 
 from __future__ import annotations
 
-import threading
 
 from .link import RegistryLink
 from .plans import PlanCache
 from .routes import ExecutorRoutes
 from .transport import LocalTransport, RemoteTransport
+from ..process import current
 from ..version import version_key
 
 __all__ = ["RegistryOwner", "owner"]
@@ -45,17 +45,14 @@ class RegistryOwner:
         return local if local is not None and local.serves_running_loop() else None
 
 
-_OWNERS: dict[tuple[str, str], RegistryOwner] = {}
-_LOCK = threading.Lock()
-
-
 def owner(name: str, namespace: str) -> RegistryOwner:
-    """This process's owner of registry ``name`` in ``namespace`` (made on first use)."""
-    key = (namespace, name)
-    found = _OWNERS.get(key)
+    """This process's owner of registry ``name`` in ``namespace`` (made on first use, kept
+    in :attr:`.process.ProcessState.owners`)."""
+    state, key = current(), (namespace, name)
+    found = state.owners.get(key)
     if found is None:
-        with _LOCK:
-            found = _OWNERS.get(key)
+        with state.lock:
+            found = state.owners.get(key)
             if found is None:
-                found = _OWNERS[key] = RegistryOwner(name, namespace)
-    return found
+                found = state.owners[key] = RegistryOwner(name, namespace)
+    return found  # type: ignore[no-any-return]

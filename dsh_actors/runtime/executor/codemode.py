@@ -52,6 +52,7 @@ from ..errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, di
 from .executor import ExecutorCore
 from ..caller.owner import owner
 from ..caller.routes import this_node
+from ..process import current
 from ..signals import portable_reason
 from ..session.client import SessionLog
 from .surface import CallSurface
@@ -164,7 +165,6 @@ class CodeRunQueueService(CallSurface, FlushesSpans):
         return self._agents.cancel(agents, why) + await self._core.abort_agents(agents, why)
 
 
-_runtimes: dict[CodeRuntimeConfig, CodeRuntime] = {}
 _making = threading.Lock()
 
 
@@ -174,14 +174,14 @@ async def _worker_runtime(config: CodeRuntimeConfig | None) -> CodeRuntime | Non
     subprocess, and on the loop that would stall every other call of the process."""
     if config is None:
         return None
-    return _runtimes.get(config) or await asyncio.to_thread(_made_runtime, config)
+    return current().code_runtimes.get(config) or await asyncio.to_thread(_made_runtime, config)
 
 
 def _made_runtime(config: CodeRuntimeConfig) -> CodeRuntime:
     with _making:  # two first runs at once make one runtime
-        runtime = _runtimes.get(config)
+        runtime = current().code_runtimes.get(config)
         if runtime is None:
-            runtime = _runtimes[config] = _Counted(make_runtime(config), resolved_backend(config))
+            runtime = current().code_runtimes[config] = _Counted(make_runtime(config), resolved_backend(config))
         return runtime
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import weakref
 from typing import Any, Awaitable, Callable, Mapping
 
 import msgpack
@@ -40,13 +39,16 @@ from ..backoff import WHILE_RESTARTING
 from ..coalesce import Coalescer
 from ..errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, remember_dead, translate
 from ..local import ensure_ray
+from ..process import current
 from ..response import Response, background_loop
 from ..revive import live_actor, live_actor_async
 from ..wire import DEFAULT_NAMESPACE, session_writer_name
 from .writer import (FSYNC_POLICIES, SESSION_WRITER_OPTIONS, SessionHeldError, SessionLogWriteError, SessionWriter,
                      SessionWriterCore, SessionWriterService)
+
 __all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter",
            "SessionWriterCore", "SessionWriterService"]
+
 
 class _Batcher:
     """One loop's ops on one writer (opens, appends, closes), sent through a
@@ -102,14 +104,14 @@ class _Op:
 _OPEN_TRIES = 3
 
 
-_BATCHERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batcher]]" = weakref.WeakKeyDictionary()
 
 
 def _batcher(handle: Any) -> _Batcher:
     loop = asyncio.get_running_loop()
-    per_loop = _BATCHERS.get(loop)
+    batchers = current().session_batchers
+    per_loop = batchers.get(loop)
     if per_loop is None:
-        per_loop = _BATCHERS[loop] = {}
+        per_loop = batchers[loop] = {}
     key = handle._actor_id.hex()
     if key not in per_loop:
         per_loop[key] = _Batcher(handle)
@@ -122,7 +124,7 @@ def _alive_nodes() -> list[str]:
 
 def _existing_writer(namespace: str, node: str) -> Any:
     """``node``'s writer if it exists (never made by a lookup), else ``None`` (blocking)."""
-    handle = _WRITERS.get((namespace, node))
+    handle = current().session_writers.get((namespace, node))
     if handle is not None and handle._actor_id.hex() not in DEAD_ACTORS:
         return handle
     try:
@@ -134,7 +136,7 @@ def _existing_writer(namespace: str, node: str) -> Any:
 async def _where(session_id: str, namespace: str, nodes: list[str]) -> dict[str, Any] | None:
     """The record of ``session_id`` from the first of ``nodes``' writers that has it open."""
     async def ask(node: str) -> dict[str, Any] | None:
-        handle = _WRITERS.get((namespace, node))
+        handle = current().session_writers.get((namespace, node))
         if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
             handle = await asyncio.to_thread(_existing_writer, namespace, node)
         if handle is None:
@@ -157,7 +159,6 @@ async def _where(session_id: str, namespace: str, nodes: list[str]) -> dict[str,
     return None
 
 
-_WRITERS: dict[tuple[str, str], Any] = {}
 
 
 def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
@@ -170,21 +171,21 @@ def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
 def _writer(namespace: str, node: str) -> Any:
     """This process's handle of ``node``'s session writer: made (or found) and asked to
     answer once, then kept until it is seen dead for good (blocking: for plain code)."""
-    handle = _WRITERS.get((namespace, node))
+    handle = current().session_writers.get((namespace, node))
     if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
         handle, _ = live_actor(_writer_options(namespace, node), lambda h: h.ping.remote(),
                                what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
-        _WRITERS[(namespace, node)] = handle
+        current().session_writers[(namespace, node)] = handle
     return handle
 
 
 async def _writer_async(namespace: str, node: str) -> Any:
     """:func:`_writer` for async code: nothing blocks the event loop while the writer answers."""
-    handle = _WRITERS.get((namespace, node))
+    handle = current().session_writers.get((namespace, node))
     if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
         handle, _ = await live_actor_async(_writer_options(namespace, node), lambda h: h.ping.remote(),
                                            what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
-        _WRITERS[(namespace, node)] = handle
+        current().session_writers[(namespace, node)] = handle
     return handle
 
 
