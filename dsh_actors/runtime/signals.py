@@ -239,15 +239,15 @@ def send_signal(signal: AbortSignal, hub: HubRef) -> tuple[str | None, bytes | N
     return signal_id, None, release
 
 
-def signal_of(call: dict[str, Any], hub: Any) -> tuple[AbortSignal | None, Callable[[], None] | None]:
-    """The signal of an unpacked call envelope on this side (and what releases it):
-    already aborted, linked to the caller's through the signal hub, or none."""
-    if call["aborted"] is not None:
+def signal_of(call: Any, hub: Any) -> tuple[AbortSignal | None, Callable[[], None] | None]:
+    """The signal of an unpacked call envelope (:class:`~.wire.Envelope`) on this side (and
+    what releases it): already aborted, linked to the caller's through the signal hub, or none."""
+    if call.aborted is not None:
         controller = AbortController()
-        controller.abort(ray.cloudpickle.loads(call["aborted"]))
+        controller.abort(ray.cloudpickle.loads(call.aborted))
         return controller.signal, None
-    if call["signal"] is not None:
-        return link_remote_signal(hub, call["signal"])
+    if call.signal is not None:
+        return link_remote_signal(hub, call.signal)
     return None, None
 
 

@@ -19,7 +19,7 @@ import asyncio
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, NamedTuple
 
 import msgpack
 import ray
@@ -161,55 +161,53 @@ def _token_bytes(token: ExecutionToken | None) -> bytes | None:
     return None if token is None else token_to_bytes(token)
 
 
-class Envelope:
-    """One call on the wire: the execution its caller created (token, identity, frozen
-    arguments) and how to run it. It packs itself to one msgpack bytes value — the
-    cheapest thing Ray ships (several pickled arguments cost ~0.08 ms more per call,
-    measured) — and unpacks itself on the executor, which rebuilds the execution from it
-    and never creates it again.
+class Envelope(NamedTuple):
+    """One call on the wire, a typed frozen value: the execution its caller created (token,
+    identity, frozen arguments) and how to run it. It packs itself to one msgpack bytes
+    value (an array, in field order) — the cheapest thing Ray ships (several pickled
+    arguments cost ~0.08 ms more per call, measured) — and unpacks itself on the executor,
+    which rebuilds the execution from it and never creates it again."""
 
-    ``version`` asks the executor to check the registry version (read under ``key``)
-    first; ``signal`` links the caller's signal through the signal hub; ``aborted``
-    carries the reason of a signal already aborted; ``plan`` names the plan it runs;
-    ``trace`` is the caller's trace context (a W3C carrier, when it traces).
-    """
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.fields = fields
+    token: bytes | None
+    call_id: Any
+    name: Any
+    arguments: Any
+    agent: Any
+    parent: bytes | None
+    version: int | None = None
+    """Check the registry version (read under ``key``) first."""
+    plan: str = ""
+    """The id of the plan it runs."""
+    key: bytes = b""
+    signal: str | None = None
+    """The caller's signal, linked through the signal hub."""
+    aborted: bytes | None = None
+    """The reason of a signal already aborted (pickled)."""
+    trace: Any = None
+    """The caller's trace context (a W3C carrier, when it traces)."""
 
     @classmethod
     def of(cls, execution: ToolExecution, *, version: int | None = None, plan_id: str = "", key: bytes = b"",
            signal_id: str | None = None, aborted: bytes | None = None,
            trace: dict[str, str] | None = None) -> "Envelope":
-        return cls({
-            "token": _token_bytes(execution.token), "call_id": execution.call_id, "name": execution.name,
-            "arguments": execution.arguments, "agent": execution.agent, "parent": _token_bytes(execution.parent),
-            "version": version, "plan": plan_id, "key": key, "signal": signal_id, "aborted": aborted,
-            "trace": trace,
-        })
+        return cls(_token_bytes(execution.token), execution.call_id, execution.name, execution.arguments,
+                   execution.agent, _token_bytes(execution.parent), version, plan_id, key, signal_id, aborted, trace)
 
     def pack(self) -> bytes:
-        return msgpack.packb(self.fields)  # type: ignore[no-any-return]
+        return msgpack.packb(self)  # type: ignore[no-any-return]
 
     @classmethod
     def unpack(cls, raw: bytes) -> "Envelope":
         """The envelope of ``raw``; its arguments arrive deep-frozen (they were checked
         lossless when the execution was created, so no second walk of the rules)."""
-        return cls(msgpack.unpackb(raw, object_hook=FrozenDict, list_hook=FrozenList))
-
-    def __getitem__(self, key: str) -> Any:
-        return self.fields[key]
+        return cls._make(msgpack.unpackb(raw, object_hook=FrozenDict, list_hook=FrozenList))
 
     def execution(self, signal: AbortSignal | None) -> ToolExecution:
         """The execution the caller created, rebuilt on this side with ``signal``."""
-        fields = self.fields
-        parent = fields["parent"]
         return ToolExecution(
-            call_id=fields["call_id"], name=fields["name"], arguments=fields["arguments"], agent=fields["agent"],
-            parent=None if parent is None else token_from_bytes(parent), signal=signal,
-            token=token_from_bytes(fields["token"]),
+            call_id=self.call_id, name=self.name, arguments=self.arguments, agent=self.agent,
+            parent=None if self.parent is None else token_from_bytes(self.parent), signal=signal,
+            token=token_from_bytes(self.token),  # type: ignore[arg-type]
         )
 
 

@@ -20,7 +20,9 @@ def test_an_envelope_carries_the_created_execution_and_its_arguments_arrive_froz
     assert isinstance(again.arguments, FrozenDict) and isinstance(again.arguments["a"], FrozenList)
     with pytest.raises(FrozenValueError):
         again.arguments["a"].append(2)
-    assert (call["version"], call["plan"], call["key"]) == (4, "p", b"k")
+    assert (call.version, call.plan, call.key) == (4, "p", b"k")
+    with pytest.raises(AttributeError):
+        call.plan = "other"  # a frozen value: what was sent is what is run
 
 
 def test_an_outcome_is_tagged_and_a_result_comes_back_frozen_and_equal():

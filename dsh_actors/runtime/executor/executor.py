@@ -153,20 +153,20 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     global _body_loop
     trace_export.configure()
     call = Envelope.unpack(envelope)
-    plan = _body_plans.get(call["plan"])
+    plan = _body_plans.get(call.plan)
     if plan is None:
-        plan = _body_plans[call["plan"]] = ray.get(plan_box[0])
+        plan = _body_plans[call.plan] = ray.get(plan_box[0])
         if len(_body_plans) > _PLANS:
             _body_plans.popitem(last=False)
     if _body_loop is None or _body_loop.is_closed():
         _body_loop = asyncio.new_event_loop()
-    signal, stop = signal_of(call.fields, hub)
+    signal, stop = signal_of(call, hub)
     execution = call.execution(signal)
     deferred: list[Any] = []
-    definition = plan.tools[call["name"]]
+    definition = plan.tools[call.name]
     try:
-        with telemetry.span_from(call.fields.get("trace"), f"tool body {call['name']}",
-                                 **{"gen_ai.tool.call.id": str(call["call_id"])}):
+        with telemetry.span_from(call.trace, f"tool body {call.name}",
+                                 **{"gen_ai.tool.call.id": str(call.call_id)}):
             value = _body_loop.run_until_complete(
                 settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools))))
     except BaseException:
@@ -332,7 +332,7 @@ class ExecutorCore(CallSurface, FlushesSpans):
         assert self._slots is not None
         async with self._slots:
             call = Envelope.unpack(envelope)
-            signal, stop = signal_of(call.fields, hub)
+            signal, stop = signal_of(call, hub)
             try:
                 return await self._run(call, plan_box, signal)
             finally:
@@ -353,12 +353,12 @@ class ExecutorCore(CallSurface, FlushesSpans):
         return await self._run(Envelope.unpack(envelope), plan_box, signal)
 
     async def _run(self, call: Envelope, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
-        BODY_RUNNER.set(self._threads.runner(call["agent"]))
-        if call["version"] is not None:
-            current = await asyncio.get_running_loop().run_in_executor(self._threads.pool, read_version, call["key"])
-            if current != call["version"]:
+        BODY_RUNNER.set(self._threads.runner(call.agent))
+        if call.version is not None:
+            current = await asyncio.get_running_loop().run_in_executor(self._threads.pool, read_version, call.key)
+            if current != call.version:
                 return Outcome.STALE
-        plan = await self._plan(call["plan"], plan_box)
+        plan = await self._plan(call.plan, plan_box)
         if isinstance(plan, bytes):
             return plan
         self._in_flight += 1
@@ -366,12 +366,12 @@ class ExecutorCore(CallSurface, FlushesSpans):
         try:
             # The caller hears the result's observers (see ``calls``): not here, so a result
             # that dies with this process before it is collected is heard once, there.
-            with self._agents.running(call["agent"]):
+            with self._agents.running(call.agent):
                 result = await pipeline.run(call.execution(signal), plan, observe=False,
-                                            trace_parent=call.fields.get("trace"))
+                                            trace_parent=call.trace)
         finally:
             self._in_flight -= 1
-        _count_call(str(call["name"]), result, time.perf_counter() - started)
+        _count_call(str(call.name), result, time.perf_counter() - started)
         return Outcome.result(result)
 
 
