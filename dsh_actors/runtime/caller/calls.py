@@ -2,8 +2,8 @@
 
 A :class:`Call` walks forward: its execution was created once, here, in the caller's
 process (token, identity, frozen arguments); it takes the plan ticket of its scope,
-packs its :class:`~.wire.Envelope`, picks a transport — the executor of this very loop,
-or an executor on this node through an actor task — sends, and reads the
+packs its :class:`~.wire.Envelope`, takes a route — the executor of this very loop, or an
+executor through this process's lanes; each route has the same ``send`` — sends, and reads the
 :class:`~.wire.Outcome`. It sends again when nothing ran: *stale plan* (a fresh ticket),
 *need the plan* (the same executor, with the plan's ref), or an executor that the call
 never reached (another executor). Every other ending is final here:
@@ -29,7 +29,7 @@ from ...core.types import ExecutionToken, ToolExecution, ToolExecutionResult
 from ..errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, never_reached, translate
 from .owner import RegistryOwner
 from ..signals import send_signal
-from .transport import Sent
+from .transport import LocalTransport, Sent
 from ..wire import Envelope, Outcome, PlanTicket
 
 __all__ = ["Call", "CallInput", "create"]
@@ -78,6 +78,38 @@ def create(source: Mapping[str, Any]) -> tuple[ToolExecution, dict[str, Any] | N
     return create_execution(source, ExecutionToken())
 
 
+class _LocalRoute:
+    """To the executor of this very loop: the caller's signal goes as it is, no Ray hop."""
+
+    __slots__ = ("local", "signal")
+    executor = None
+
+    def __init__(self, local: LocalTransport, signal: Any) -> None:
+        self.local, self.signal = local, signal
+
+    def send(self, envelope: bytes, plan_box: Any) -> Sent:
+        return self.local.send(envelope, plan_box, self.signal)
+
+    def unreachable(self, exc: BaseException) -> None:
+        pass  # (this loop's own executor: nothing to avoid)
+
+
+class _RemoteRoute:
+    """To one executor, through this process's lanes (its channel, or actor tasks)."""
+
+    __slots__ = ("owner", "executor", "hub")
+
+    def __init__(self, owner: RegistryOwner, executor: Any, hub: Any) -> None:
+        self.owner, self.executor, self.hub = owner, executor, hub
+
+    def send(self, envelope: bytes, plan_box: Any) -> Sent:
+        return self.owner.remote.send(self.executor, envelope, plan_box, self.hub)
+
+    def unreachable(self, exc: BaseException) -> None:
+        """It failed the call (gone, restarting): the routes avoid it while it heals."""
+        self.owner.routes.unreachable(self.executor, exc)
+
+
 class Call:
     """One call on its way (see the module docs). :meth:`cancel` may come from any thread,
     at any moment: before the call is sent, it is never sent; after, it is stopped where
@@ -114,19 +146,20 @@ class Call:
                 hub = await self.owner.link.signal_hub()
                 signal_id, aborted, release = send_signal(execution.signal, hub)
             trace = telemetry.carrier(execution.parent)  # the caller's span (a sub-call's: its run_code's)
-            stale, box, executor, unreached = 0, None, None, None
+            stale, box, unreached = 0, None, None
+            route: _LocalRoute | _RemoteRoute | None = None
             while True:
                 if ticket is None:
                     ticket = await plans.ticket(execution.agent, refresh=stale > 0)
                 check = None if stale >= _STALE_RETRIES or plans.current(ticket) else ticket.version
                 envelope = Envelope.of(execution, version=check, plan_id=ticket.plan_id, key=self.owner.version_key,
                                        signal_id=signal_id, aborted=aborted, trace=trace).pack()
-                if local is None and executor is None:
-                    executor = await self.owner.routes.pick(avoid=unreached)
+                if route is None:
+                    route = (_LocalRoute(local, execution.signal) if local is not None
+                             else _RemoteRoute(self.owner, await self.owner.routes.pick(avoid=unreached), hub))
                 if self._cancelled:
                     raise ExecutionCancelledError(f'tool call "{execution.name}" ({execution.call_id}) was cancelled')
-                sent = (local.send(envelope, box, execution.signal) if local is not None
-                        else self.owner.remote.send(executor, envelope, box, hub))
+                sent = route.send(envelope, box)
                 self._sent = sent
                 if self._cancelled:  # a cancel that came while it was being sent
                     sent.cancel()
@@ -138,9 +171,9 @@ class Call:
                 except ACTOR_GONE as exc:
                     # The executor is gone or restarting (a body that killed its process, a
                     # ray.kill, a lost node): the routes avoid it while it heals.
-                    self.owner.routes.unreachable(executor, exc)
-                    if never_reached(exc) and unreached is not executor:
-                        unreached, executor, box = executor, None, None  # it never arrived: another one
+                    route.unreachable(exc)
+                    if never_reached(exc) and unreached is not route.executor:
+                        unreached, route, box = route.executor, None, None  # it never arrived: another one
                         continue
                     raise WorkerCrashedError(
                         f'the worker running tool call "{execution.name}" ({execution.call_id}) died before it '
@@ -157,7 +190,7 @@ class Call:
                     box = ticket.plan_box
                     continue
                 # stale: a fresh plan, again (on whichever executor is next)
-                stale, ticket, box, executor = stale + 1, None, None, None
+                stale, ticket, box, route = stale + 1, None, None, None
         except asyncio.CancelledError:
             self.cancel()  # the awaiting task was cancelled: stop the call too
             raise
