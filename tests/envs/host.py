@@ -130,6 +130,19 @@ def processes_of(uid: int) -> list[int]:
     return found
 
 
+def processes_with(marker: bytes) -> list[int]:
+    """Host pids of every live process whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in entry.joinpath("cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 def wait_until(predicate, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

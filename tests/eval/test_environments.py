@@ -16,8 +16,10 @@ import pytest
 import ray
 
 from dsh_actors.eval.job import run_episodes
-from dsh_actors.eval.show import show_log
 from dsh_actors.eval.run_folder import write_reports
+from dsh_actors.eval.show import show_log
+
+from ..envs.host import processes_with
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,18 +61,6 @@ class Listener:
         self.socket.close()
 
 
-def host_processes_with(marker):
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in entry.joinpath("cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
 def test_a_hostile_models_shell_cannot_get_out_of_its_episodes_environment(ray_cluster, tmp_path):
     canary = tmp_path / "canary.txt"
     canary.write_text("untouched")
@@ -105,7 +95,7 @@ def test_a_hostile_models_shell_cannot_get_out_of_its_episodes_environment(ray_c
     assert "No such file" in texts[3] or texts[3].strip() == ""  # Ray's session, homes: not there
     assert listener.connections == 0  # the host's loopback is out of reach
     assert "Error" in texts[5] or "ConnectionError" in texts[5] or "refused" in texts[5].lower() or texts[5]
-    assert host_processes_with(marker.encode()) == []  # nothing it started outlives its episode
+    assert processes_with(marker.encode()) == []  # nothing it started outlives its episode
     assert "secret.txt" not in _tool_results(out / "logs" / "looks.log")[0]["content"][0]["text"]
     actors_after = {a["ActorID"] for a in ray._private.state.actors().values() if a["State"] == "ALIVE"}
     assert all(not ray._private.state.actors(actor_id=a).get("Name", "").startswith("escape")

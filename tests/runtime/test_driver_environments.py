@@ -15,19 +15,9 @@ from dsh_actors.runtime import AgentEnvironments, ToolRegistry, agent_environmen
 from dsh_actors.tools import reference_tools
 from dsh_actors.tools.workspace import AgentWorkspaces
 
+from ..envs.host import processes_with
+
 pytestmark = pytest.mark.timeout(180)
-
-
-def _processes_named(marker: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in Path(entry.path, "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def test_a_driver_runs_its_agents_calls_in_an_environment_that_ends_with_its_block(ray_cluster, tmp_path):
@@ -49,7 +39,7 @@ def test_a_driver_runs_its_agents_calls_in_an_environment_that_ends_with_its_blo
         async with agent_environment(registry, "a1", EnvSpec(workspace=str(root / "a1"))) as env_id:
             inside = await bash(a1, f"id -u; echo hi > inside.txt; echo x > {outside} 2>/dev/null; "
                                     f"(setsid bash -c 'exec -a {marker} sleep 300' &); echo started", "c1")
-            alive = _processes_named(marker)  # from outside, while the environment holds it
+            alive = processes_with(marker.encode())  # from outside, while the environment holds it
             stranger = await bash(a2, "echo no environment", "c2")  # a2's environment was never started
         after = await bash(a1, "echo too late", "c3")
         return env_id, inside, alive, stranger, after
@@ -61,9 +51,9 @@ def test_a_driver_runs_its_agents_calls_in_an_environment_that_ends_with_its_blo
         assert (root / "a1" / "inside.txt").read_text() == "hi\n" and not outside.exists()
         assert alive, "the detached sleeper should have been running inside the environment"
         deadline = time.monotonic() + 10
-        while _processes_named(marker) and time.monotonic() < deadline:
+        while processes_with(marker.encode()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _processes_named(marker) == []  # gone with the block, `setsid` and all
+        assert processes_with(marker.encode()) == []  # gone with the block, `setsid` and all
         assert stranger.is_error and stranger.error["code"] == "ENV_GONE", stranger
         assert after.is_error and after.error["code"] == "ENV_GONE", after
         assert env_id
@@ -95,12 +85,12 @@ def test_an_environment_ends_when_the_actor_that_started_it_dies(ray_cluster, tm
     starter = Starter.remote()
     pid, code = ray.get(starter.start.remote(str(tmp_path / "ws"), f"(setsid bash -c 'exec -a {marker} sleep 300' &)"),
                         timeout=60)
-    assert code == 0 and _processes_named(marker), "the sleeper should run in the environment"
+    assert code == 0 and processes_with(marker.encode()), "the sleeper should run in the environment"
     if death == "ray.kill":
         ray.kill(starter, no_restart=True)
     else:
         os.kill(pid, 9)
     deadline = time.monotonic() + 20  # the host checks every 2 s
-    while _processes_named(marker) and time.monotonic() < deadline:
+    while processes_with(marker.encode()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_named(marker) == [], "the environment of a dead starter is still running"
+    assert processes_with(marker.encode()) == [], "the environment of a dead starter is still running"
