@@ -44,6 +44,8 @@ async def still_there(handle: Any, incarnation: str) -> bool:
     same incarnation); unsure (slow, or Ray's answer is not clear) counts as there."""
     try:
         return await within(handle.__ray_call__.remote(_incarnation), 30) == incarnation
+    except ray.exceptions.ActorUnavailableError:  # restarting, or out of reach for now: not gone
+        return True
     except ACTOR_GONE:
         return False
     except (TimeoutError, ray.exceptions.RayError):  # slow or unsure: a later check decides

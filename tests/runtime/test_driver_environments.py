@@ -85,6 +85,9 @@ def test_an_environment_ends_when_the_actor_that_started_it_dies(ray_cluster, tm
     starter = Starter.remote()
     pid, code = ray.get(starter.start.remote(str(tmp_path / "ws"), f"(setsid bash -c 'exec -a {marker} sleep 300' &)"),
                         timeout=60)
+    deadline = time.monotonic() + 10  # (its birth may still be on its way on a loaded machine)
+    while not processes_with(marker.encode()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert code == 0 and processes_with(marker.encode()), "the sleeper should run in the environment"
     if death == "ray.kill":
         ray.kill(starter, no_restart=True)
