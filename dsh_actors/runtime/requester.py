@@ -12,6 +12,7 @@ not only those that define a probe of their own.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import ray
@@ -21,6 +22,8 @@ from .errors import ACTOR_GONE
 from .wire import PROCESS_INCARNATION
 
 __all__ = ["CHECK_S", "requester", "still_there"]
+
+log = logging.getLogger("dsh_actors.runtime")
 
 CHECK_S = 2.0
 """How often an actor holding waiting requests checks that their processes still run."""
@@ -49,4 +52,7 @@ async def still_there(handle: Any, incarnation: str) -> bool:
     except ACTOR_GONE:
         return False
     except (TimeoutError, ray.exceptions.RayError):  # slow or unsure: a later check decides
+        return True
+    except Exception as exc:  # noqa: BLE001 - never a silent "still there": say what could not be asked
+        log.warning("could not ask whether a requester still runs (it counts as running): %r", exc)
         return True
