@@ -80,6 +80,9 @@ def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the
     for old, new in (("--port=6390", f"--port={port}"), ("8265", str(dashboard)), ("8011", str(model_port)),
                      ('"$PWD/job-out"', str(out)), ("cat job-out/", f"cat {out}/"), ("\nray stop\n", "\n")):
         script = replace(script, old, new)
+    # The model server's output goes to a file: a step that fails (bash -e) then ends the script
+    # at once, with its output, instead of the background server holding the pipe open.
+    script = replace(script, f"--port {model_port} &", f"--port {model_port} > {tmp_path / 'model-server.log'} 2>&1 &")
     if not (ROOT / ".venv" / "bin" / "activate").exists():  # a checkout tested from another venv
         script = replace(script, ". .venv/bin/activate", f"export PATH={BIN}:$PATH")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VIRTUAL_ENV")}
