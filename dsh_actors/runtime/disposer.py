@@ -49,13 +49,10 @@ class _OwnerAnchorService:
         await asyncio.Event().wait()
 
 
-_anchor_lock = threading.Lock()
-
-
 def process_anchor() -> Any:
     """This process's anchor actor (made on first use): Ray kills it when this process dies."""
     state = current()
-    with _anchor_lock:
+    with state.lock:
         if state.anchor is None:
             state.anchor = _OwnerAnchor.options(num_cpus=0, max_restarts=0).remote()  # type: ignore[attr-defined]
         return state.anchor

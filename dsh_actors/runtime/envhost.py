@@ -30,10 +30,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, EnvironmentUnavailableError, EnvSpec,
                              Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
-from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError
+from .errors import ACTOR_GONE
 from .process import current
 from .requester import CHECK_S, requester, still_there
-from .revive import live_actor_async
+from .revive import kept_actor_async
 from .caller.routes import this_node
 from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
@@ -112,18 +112,20 @@ class EnvHostService:
         """While environments run: end those whose starters died."""
         while self._envs:
             await asyncio.sleep(CHECK_S)
-            starters: dict[tuple[str, str], Any] = {}
-            for _, starter, _ in self._envs.values():
-                if starter is not None:
-                    starters[(starter[0]._actor_id.hex(), starter[1])] = starter[0]
+            starters = {_starter_key(starter): starter[0] for _, starter, _ in self._envs.values() if starter}
             gone = {key for key, handle in starters.items() if not await still_there(handle, key[1])}
             for env_id, (_, starter, _) in list(self._envs.items()):
-                if starter is not None and (starter[0]._actor_id.hex(), starter[1]) in gone:
+                if starter is not None and _starter_key(starter) in gone:
                     log.info("environment %s: its starter is gone; ended", env_id)
                     await self.end(env_id)
 
     def ping(self) -> str:
         return "pong"
+
+
+def _starter_key(starter: tuple[Any, str]) -> tuple[str, str]:
+    """A starter as the sweep counts it: its actor and its process's incarnation."""
+    return starter[0]._actor_id.hex(), starter[1]
 
 
 EnvHost = ray.remote(EnvHostService)
@@ -132,16 +134,12 @@ EnvHost = ray.remote(EnvHostService)
 
 async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
     """This process's handle on ``node``'s environment host, made (or found) on first use."""
-    hosts = current().env_hosts
-    handle = hosts.get((namespace, node))
-    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
-        handle, _ = await live_actor_async(
-            lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=env_host_name(node), namespace=namespace,  # type: ignore[attr-defined]
-                                    get_if_exists=True,
-                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
-            lambda h: h.ping.remote(), what=f"the environment host of node {node[:12]}", unavailable=RayRuntimeError)
-        hosts[(namespace, node)] = handle
-    return handle
+    return await kept_actor_async(
+        current().env_hosts, (namespace, node),
+        lambda: EnvHost.options(**ENV_HOST_OPTIONS, name=env_host_name(node), namespace=namespace,  # type: ignore[attr-defined]
+                                get_if_exists=True,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
+        what=f"the environment host of node {node[:12]}")
 
 
 async def start_environment(session_id: str, spec: EnvSpec) -> str:

@@ -30,41 +30,6 @@ def test_every_core_module_imports_with_ray_made_unimportable():
     assert out.stdout.strip() == "pure"
 
 
-def _imports_of(path):
-    """Every dsh_actors module ``path`` imports, at the top or inside a function."""
-    import ast
-    from pathlib import Path
-
-    package = "dsh_actors." + ".".join(Path(path).relative_to(Path(dsh_actors.core.__file__).parents[1])
-                                       .with_suffix("").parts)
-    if package.endswith(".__init__"):
-        package = package[: -len(".__init__")]
-    else:
-        package = package.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            if module.startswith("dsh_actors"):
-                found.add(module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("dsh_actors")}
-    return found
-
-
-def test_core_is_the_ground_floor_it_imports_nothing_above_it():
-    from pathlib import Path
-
-    for path in Path(dsh_actors.core.__file__).parent.rglob("*.py"):
-        above = {m for m in _imports_of(path) if not m.startswith("dsh_actors.core")}
-        assert not above, f"{path.name} imports {sorted(above)}"
-
-
 def _package_graph():
     """Every module of the package -> the package's modules it imports, at the top or inside
     a function (``from pkg import name`` is an import of the module ``pkg.name`` where there
@@ -95,6 +60,13 @@ def _package_graph():
                 found |= {a.name for a in node.names}
         graph[module] = {t for t in found if t in paths and t != module}
     return graph
+
+
+def test_core_is_the_ground_floor_it_imports_nothing_above_it():
+    for module, targets in _package_graph().items():
+        if module.startswith("dsh_actors.core"):
+            above = {t for t in targets if not t.startswith("dsh_actors.core")}
+            assert not above, f"{module} imports {sorted(above)}"
 
 
 def test_there_is_no_import_circle_anywhere_in_the_package():

@@ -41,7 +41,7 @@ from ..errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, rememb
 from ..local import ensure_ray
 from ..process import current
 from ..response import Response, background_loop
-from ..revive import live_actor, live_actor_async
+from ..revive import kept_actor, kept_actor_async
 from ..wire import DEFAULT_NAMESPACE, session_writer_name
 from .writer import (FSYNC_POLICIES, SESSION_WRITER_OPTIONS, SessionHeldError, SessionLogWriteError, SessionWriter,
                      SessionWriterCore, SessionWriterService)
@@ -159,8 +159,6 @@ async def _where(session_id: str, namespace: str, nodes: list[str]) -> dict[str,
     return None
 
 
-
-
 def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
     return lambda: SessionWriter.options(  # type: ignore[attr-defined]
         **SESSION_WRITER_OPTIONS, name=session_writer_name(node), namespace=namespace, get_if_exists=True,
@@ -171,22 +169,14 @@ def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
 def _writer(namespace: str, node: str) -> Any:
     """This process's handle of ``node``'s session writer: made (or found) and asked to
     answer once, then kept until it is seen dead for good (blocking: for plain code)."""
-    handle = current().session_writers.get((namespace, node))
-    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
-        handle, _ = live_actor(_writer_options(namespace, node), lambda h: h.ping.remote(),
-                               what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
-        current().session_writers[(namespace, node)] = handle
-    return handle
+    return kept_actor(current().session_writers, (namespace, node), _writer_options(namespace, node),
+                      what=f"the session writer of node {node[:12]}")
 
 
 async def _writer_async(namespace: str, node: str) -> Any:
     """:func:`_writer` for async code: nothing blocks the event loop while the writer answers."""
-    handle = current().session_writers.get((namespace, node))
-    if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
-        handle, _ = await live_actor_async(_writer_options(namespace, node), lambda h: h.ping.remote(),
-                                           what=f"the session writer of node {node[:12]}", unavailable=RayRuntimeError)
-        current().session_writers[(namespace, node)] = handle
-    return handle
+    return await kept_actor_async(current().session_writers, (namespace, node), _writer_options(namespace, node),
+                                  what=f"the session writer of node {node[:12]}")
 
 
 class SessionLog:
