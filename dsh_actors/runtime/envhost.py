@@ -30,11 +30,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, EnvironmentUnavailableError, EnvSpec,
                              Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
-from .errors import ACTOR_GONE
+from .backoff import WHILE_RESTARTING
+from .caller.routes import this_node
+from .errors import ACTOR_GONE, died_for_good, remember_dead
 from .process import current
 from .requester import CHECK_S, requester, still_there
 from .revive import kept_actor_async
-from .caller.routes import this_node
 from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
 __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment", "env_id_of",
@@ -142,6 +143,25 @@ async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         what=f"the environment host of node {node[:12]}")
 
 
+async def _ask_host(node: str, namespace: str, method: str, *args: Any) -> Any:
+    """``method`` of ``node``'s environment host. A host Ray is restarting is waited for
+    (its environments died with it); one found dead for good is made again, and asked once more."""
+    made_again = False
+    for pause in WHILE_RESTARTING.pauses():
+        host = await _host(node, namespace)
+        try:
+            return await getattr(host, method).remote(*args)
+        except ACTOR_GONE as exc:
+            remember_dead(exc)  # (so _host makes another)
+            if died_for_good(exc) and not made_again:
+                made_again = True
+                continue
+            if pause is None or died_for_good(exc):
+                raise
+            await asyncio.sleep(pause)
+    raise AssertionError("unreachable")
+
+
 async def start_environment(session_id: str, spec: EnvSpec) -> str:
     """Start the environment of the agent whose session id is ``session_id``, on this
     process's node, owned by this process (it ends when this process is gone); its id."""
@@ -150,7 +170,7 @@ async def start_environment(session_id: str, spec: EnvSpec) -> str:
         raise EnvironmentStartError("an episode environment is started on a Ray node; this process is not on one")
     env_id = env_id_of(session_id)
     try:
-        await (await _host(node)).start.remote(env_id, spec, requester())
+        await _ask_host(node, DEFAULT_NAMESPACE, "start", env_id, spec, requester())
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
         if isinstance(cause, EnvironmentUnavailableError):
@@ -168,7 +188,7 @@ async def end_environment(session_id: str) -> None:
     node = this_node()
     if node is not None:
         try:
-            await (await _host(node)).end.remote(env_id_of(session_id))
+            await _ask_host(node, DEFAULT_NAMESPACE, "end", env_id_of(session_id))
         except ACTOR_GONE:
             pass  # the host died: its environments with it
 
@@ -225,7 +245,11 @@ class AgentEnvironments:
         if held is not None and held[1] is not stale:
             return held[1], held[2]
         node = this_node()
-        found = None if node is None else await (await _host(node, self.namespace)).address.remote(env_id)
+        try:
+            found = None if node is None else await _ask_host(node, self.namespace, "address", env_id)
+        except ACTOR_GONE as exc:
+            raise EnvironmentGoneError(f"the environment host of this node is gone ({exc}); so is agent "
+                                       f"{agent!r}'s environment") from None
         if found is None:
             self._clients.pop(env_id, None)
             raise EnvironmentGoneError(f"agent {agent!r} has no environment on this node (its episode ended, or "

@@ -97,3 +97,60 @@ def test_an_environment_ends_when_the_actor_that_started_it_dies(ray_cluster, tm
     while processes_with(marker.encode()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_with(marker.encode()) == [], "the environment of a dead starter is still running"
+
+
+@pytest.mark.parametrize("death", ["ray.kill", "SIGKILL"])
+def test_a_killed_environment_host_takes_its_environments_and_the_next_one_starts_on_a_new_host(ray_cluster, tmp_path,
+                                                                                              death):
+    """The node's host killed while it holds an environment: every process in it ends; the
+    agent's next call answers ENV_GONE; the next environment starts (on a host made again for
+    good, or the one Ray restarted) and runs commands."""
+    import ray
+    from dsh_actors.runtime.caller.routes import this_node
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
+
+    root = tmp_path / "workspaces"
+    (root / "a1").mkdir(parents=True)
+    marker = f"dsh-host-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.connect(f"host-kill-{os.getpid()}-{time.monotonic_ns()}")
+    for definition in reference_tools(AgentEnvironments(AgentWorkspaces(root))):
+        registry.register(definition).result(timeout_s=60)
+    a1 = registry.scope("a1")
+    spec = EnvSpec(workspace=str(root / "a1"))
+
+    def bash(command, call_id):
+        return a1.execute(call_id=call_id, name="bash", arguments={"command": command})
+
+    async def first():
+        async with agent_environment(registry, "a1", spec):
+            started = await bash(f"(setsid bash -c 'exec -a {marker} sleep 300' &); echo started", "c1")
+            host = ray.get_actor(env_host_name(this_node()), namespace=DEFAULT_NAMESPACE)
+            deadline = time.monotonic() + 10
+            while not processes_with(marker.encode()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert processes_with(marker.encode()), "the sleeper should run in the environment"
+            if death == "ray.kill":
+                ray.kill(host, no_restart=True)
+            else:
+                os.kill(ray.get(host.__ray_call__.remote(lambda self: os.getpid()), timeout=30), 9)
+            deadline = time.monotonic() + 20
+            while processes_with(marker.encode()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            left = processes_with(marker.encode())
+            lost = await bash("echo still here", "c2")
+        return started, left, lost
+
+    async def second():
+        async with agent_environment(registry, "a1", spec):
+            return await bash("echo again", "c3")
+
+    try:
+        started, left, lost = asyncio.run(first())
+        assert not started.is_error and "started" in started.text
+        assert left == [], "an environment outlived its host"
+        assert lost.is_error and (lost.error or {}).get("code") == "ENV_GONE", (lost.text, lost.error)
+        again = asyncio.run(second())
+        assert not again.is_error and again.text.strip().endswith("again"), again.text
+    finally:
+        registry.shutdown()
+
