@@ -62,6 +62,20 @@ ray() {
 """
 
 
+def _why_it_failed(done, folder):
+    """The failing walkthrough's output, whole in files beside the test, and in the message the
+    lines that say what went wrong (pytest cuts a long message in its middle, which is where a
+    job's own traceback is)."""
+    (folder / "walkthrough.out").write_text(done.stdout)
+    (folder / "walkthrough.err").write_text(done.stderr)
+    lines = (done.stdout + "\n" + done.stderr).splitlines()
+    telling = [i for i, line in enumerate(lines)
+               if any(word in line for word in ("Error", "Traceback", "failed", "FAILED", "error:"))]
+    shown = sorted({j for i in telling for j in range(max(0, i - 3), min(len(lines), i + 4))})
+    return "\n".join([f"exit {done.returncode}; whole output in {folder}", *(lines[j] for j in shown[-80:]),
+                      "--- last lines ---", *lines[-15:]])
+
+
 @pytest.mark.timeout(720)
 def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the_outputs(tmp_path):
     """The README's `ray job submit` walk-through, run by a shell as written — only its ports,
@@ -91,7 +105,7 @@ def test_the_readme_job_submit_walkthrough_from_starting_the_head_to_reading_the
     try:
         done = subprocess.run(["bash", "-eu", "-c", SUBMIT_AGAIN + script], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+        assert done.returncode == 0, _why_it_failed(done, tmp_path)
         assert "11 episodes (11 ok, 0 failed)" in done.stdout  # the summary is in the job's log ...
         assert f"outputs: {out}" in done.stdout  # ... with where the files are
         assert "succeeded" in done.stdout.lower() and "# Evaluation summary" in done.stdout  # and cat shows it
