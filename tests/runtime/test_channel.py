@@ -47,7 +47,7 @@ class Call:
 
     def __init__(self):
         self.future = asyncio.get_running_loop().create_future()
-        self.key, self.channel = 0, None
+        self.key, self.route = 0, None
 
     def resolve(self, raw):
         if not self.future.done():

@@ -33,11 +33,11 @@ __all__ = ["Channel", "StreamedCall", "connect"]
 
 
 class StreamedCall(Protocol):
-    """What the channel needs of a call (a lane's ``SentCall``): its key on the channel, the
-    channel it went on, and how to settle it."""
+    """What the channel needs of a call (a lane's ``SentCall``): its key on the channel, its
+    route (the channel it went on: where a cancel goes), and how to settle it."""
 
     key: int
-    channel: Any
+    route: Any
 
     def resolve(self, raw: bytes) -> None: ...
 
@@ -134,7 +134,7 @@ class Channel(asyncio.Protocol):
     def send(self, call: StreamedCall, envelope: bytes) -> None:
         """Send ``call`` (it resolves with its outcome, or fails with :class:`ChannelLost`)."""
         self._keys += 1
-        call.key, call.channel = self._keys, self
+        call.key, call.route = self._keys, self
         if self.closed:
             call.fail(ChannelLost(reached=False))
             return

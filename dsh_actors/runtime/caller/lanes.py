@@ -45,7 +45,7 @@ import asyncio
 import os
 import select
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import ray
 
@@ -67,7 +67,7 @@ class SentCall:
     """One call handed to a lane: ``await`` it for the executor's outcome bytes (or Ray's
     error); :meth:`cancel` from any thread."""
 
-    __slots__ = ("lane", "envelope", "plan_box", "hub", "future", "key", "incarnation", "ref", "channel")
+    __slots__ = ("lane", "envelope", "plan_box", "hub", "future", "key", "incarnation", "ref", "route")
 
     def __init__(self, lane: "_Lane", envelope: bytes, plan_box: Any, hub: Any) -> None:
         self.lane = lane
@@ -76,7 +76,7 @@ class SentCall:
         self.key = 0
         self.incarnation: str | None = None  # of the executor that started it (batched calls)
         self.ref: Any = None  # its own actor task (calls sent alone)
-        self.channel: Channel | None = None  # the channel it went on (calls streamed)
+        self.route: _Route | None = None  # what holds it now: where a cancel goes
 
     def __await__(self) -> Any:
         return self.future.__await__()
@@ -104,54 +104,88 @@ class SentCall:
             pass  # its loop is closed: nothing is waiting for it any more
 
 
+class _Route(Protocol):
+    """A way a call goes to its executor (a :class:`~.channel.Channel`, its own task, a
+    batch) or waits to (the stream's held calls): each takes back the calls it holds."""
+
+    def cancel(self, call: SentCall) -> None: ...
+
+
 class _Lane:
-    """One event loop's calls to one executor (see the module docs)."""
+    """One event loop's calls to one executor: picks each call's route (see the module docs)."""
 
     def __init__(self, executor: Any, client: str, loop: asyncio.AbstractEventLoop, node: str | None) -> None:
-        self.executor, self.client, self.loop = executor, client, loop
-        self.batches: Coalescer[SentCall] = Coalescer(self._start_batch, self._failed_start)
-        self.pending: dict[int, SentCall] = {}  # batched, not yet answered
-        self.alone = 0  # calls in flight as their own task
-        self.incarnation: str | None = None  # of the executor, as its last answer said
-        self._keys = 0
-        self._collecting = False
-        self.channel: Channel | None = None  # open to this executor (it runs on this node)
-        self._opening = False
-        self._held: list[SentCall] | None = None  # while its channel is lost and no new one settled
-        self._process: int | None = None  # a pidfd of the executor's process, while its channel is open
-        self._connecting: asyncio.Task[None] | None = None
-        self._node = node  # None: no channel (not on Ray, or the executor is elsewhere or dead)
-        self._open_channel()
+        self.executor, self.loop = executor, loop
+        self.stream = _Stream(self, node)
+        self.alone = _OwnTasks(self)
+        self.batches = _Batches(self, client)
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
         call = SentCall(self, envelope, plan_box, hub)
-        if self._held is not None:
-            self._held.append(call)
-        else:
-            self._route(call)
+        self.route(call)
         return call
 
-    def _route(self, call: SentCall) -> None:
-        if self.channel is not None and call.plan_box is None and call.hub is None \
+    def route(self, call: SentCall) -> None:
+        stream = self.stream
+        if stream.held is not None:
+            stream.hold(call)
+        elif stream.channel is not None and call.plan_box is None and call.hub is None \
                 and len(call.envelope) <= CHANNEL_ENVELOPE_MAX:
-            self.channel.send(call, call.envelope)  # (the channel's end fails it unsent, if so)
-        elif self.process_ended():
+            stream.channel.send(call, call.envelope)  # (the channel's end fails it unsent, if so)
+        elif stream.process_ended():
             # Its process may be dead for good while this process's Ray does not know yet:
             # an actor task sent now could die unsent and still read as a call that died
             # inside it. So calls wait until a channel is back or Ray has said (its
             # channel's end is on its way; the routes avoid this executor meanwhile).
-            self._held = [call]
-        elif not (self.batches.queued or self.batches.busy or self.pending or self.alone):
-            self._send_alone(call)
+            stream.hold(call)
+        elif self.batches.idle() and not self.alone.in_flight:
+            self.alone.send(call)
         else:
             self.batches.add(call)
 
-    # --- the channel (calls streamed to an executor on this node) -----------------------
+    def unsendable(self) -> BaseException | None:
+        """Why no actor task may go to the executor now: Ray holds it dead for good (it
+        would fail the task unsent, reading as if it died inside), or its process ended."""
+        if held_dead(self.executor):
+            return HeldDead(self.executor._actor_id.hex())
+        if self.stream.process_ended():
+            return ChannelLost(reached=False)
+        return None
 
-    def _open_channel(self) -> None:
+    def cancel(self, call: SentCall) -> None:
+        if call.future.done() and not call.future.cancelled():
+            return  # answered (a future cancelled with its awaiting task still stops the call)
+        if call.route is not None:
+            call.route.cancel(call)
+
+
+class _Stream:
+    """The lane's channel to an executor on this node (:mod:`.channel`): opened, followed
+    by a pidfd of the executor's process, and the calls held while a lost one is replaced."""
+
+    def __init__(self, lane: _Lane, node: str | None) -> None:
+        self.lane = lane
+        self.channel: Channel | None = None  # open to this executor (it runs on this node)
+        self.held: list[SentCall] | None = None  # while its channel is lost and no new one settled
+        self._opening = False
+        self._process: int | None = None  # a pidfd of the executor's process, while its channel is open
+        self._connecting: asyncio.Task[None] | None = None
+        self._node = node  # None: no channel (not on Ray, or the executor is elsewhere or dead)
+        self.open()
+
+    def hold(self, call: SentCall) -> None:
+        self.held = [*(self.held or []), call]
+        call.route = self
+
+    def cancel(self, call: SentCall) -> None:
+        if self.held is not None and call in self.held:
+            self.held.remove(call)
+            call.resolve(Outcome.CANCELLED)
+
+    def open(self) -> None:
         if self._node is not None and self.channel is None and not self._opening:
             self._opening = True
-            self._connecting = self.loop.create_task(self._connect(self._node))  # held: asyncio keeps tasks weakly
+            self._connecting = self.lane.loop.create_task(self._connect(self._node))  # held: asyncio keeps tasks weakly
 
     async def _connect(self, node: str) -> None:
         """Open the channel; this task then lives as long as it (a loop that ends closes it)."""
@@ -159,7 +193,7 @@ class _Lane:
             channel = await self._reach(node)
         finally:
             self._opening = False
-            self._release_held()
+            self.release_held()
         if channel is not None:
             await channel.kept_open()
 
@@ -170,11 +204,11 @@ class _Lane:
             if not ray.is_initialized():  # this process left Ray (a call would start a new one)
                 return None
             try:
-                where, address, secret, pid = await self.executor.channel.remote()
+                where, address, secret, pid = await self.lane.executor.channel.remote()
                 if where != node:
                     self._node = None
                     return None
-                self.channel = await connect(address, secret, self._channel_lost)
+                self.channel = await connect(address, secret, self._lost)
                 self._follow_process(pid)
                 return self.channel
             except Exception as exc:  # noqa: BLE001 - actor calls carry on meanwhile
@@ -182,7 +216,7 @@ class _Lane:
                     self._node = None
                     return None
                 if never_reached(exc):  # restarting, as Ray now knows: a call sent now fails unsent
-                    self._release_held()
+                    self.release_held()
                 if pause is None:
                     return None  # (a later answer from the executor tries again)
                 await asyncio.sleep(pause)
@@ -200,76 +234,123 @@ class _Lane:
             return False
 
     def _follow_process(self, pid: int | None) -> None:
-        self._forget_process()
+        self.forget_process()
         try:
             self._process = os.pidfd_open(pid) if pid else None
         except OSError:  # gone already, or another PID namespace: Ray's word alone then
             self._process = None
 
-    def _forget_process(self) -> None:
+    def forget_process(self) -> None:
         if self._process is not None:
             os.close(self._process)
             self._process = None
 
-    def _release_held(self) -> None:
+    def release_held(self) -> None:
         """Route the calls held since the channel was lost: on the new channel, or (Ray has
         said whether the executor lives) as actor tasks."""
-        held, self._held = self._held or [], None
+        held, self.held = self.held or [], None
         for call in held:
             if not call.future.done():
-                self._route(call)
+                self.lane.route(call)
 
-    def _channel_lost(self, channel: Channel) -> None:
+    def _lost(self, channel: Channel) -> None:
         """The executor's process died or cut the channel: the next one gets a new one."""
         if self.channel is channel:
             self.channel = None
-            self._forget_process()
+            self.forget_process()
             if not channel.closing:  # closed here: its loop is ending
-                self._held = self._held or []
-                self._open_channel()
+                self.held = self.held or []
+                self.open()
 
-    def _send_alone(self, call: SentCall) -> None:
-        if held_dead(self.executor):  # Ray would fail it unsent, reading as if it died inside
-            call.fail(HeldDead(self.executor._actor_id.hex()))
+    def discard(self) -> None:
+        """Close the channel of a closed loop (see :meth:`Channel.discard`)."""
+        if self.channel is not None:
+            self.channel.discard()
+        self.forget_process()
+
+
+class _OwnTasks:
+    """Calls sent alone, each as its own ``execute`` actor task (one call in flight pays
+    nothing for batching)."""
+
+    def __init__(self, lane: _Lane) -> None:
+        self.lane = lane
+        self.in_flight = 0
+
+    def send(self, call: SentCall) -> None:
+        lane = self.lane
+        why = lane.unsendable()
+        if why is not None:
+            call.fail(why)
             return
-        if self.process_ended():
-            call.fail(ChannelLost(reached=False))
-            return
-        execute = self.executor.execute
+        execute = lane.executor.execute
         if call.plan_box is None and call.hub is None:
             call.ref = execute.remote(call.envelope)
         else:
             call.ref = execute.remote(call.envelope, call.plan_box, call.hub)
-        self.alone += 1
-        asyncio.wrap_future(call.ref.future(), loop=self.loop).add_done_callback(
-            lambda done: self._alone_done(call, done))
+        call.route = self
+        self.in_flight += 1
+        asyncio.wrap_future(call.ref.future(), loop=lane.loop).add_done_callback(
+            lambda done: self._done(call, done))
 
-    def _alone_done(self, call: SentCall, done: "asyncio.Future[bytes]") -> None:
-        self.alone -= 1
+    def _done(self, call: SentCall, done: "asyncio.Future[bytes]") -> None:
+        self.in_flight -= 1
         if done.cancelled():
             call.resolve(Outcome.CANCELLED)
         elif done.exception() is not None:
             call.fail(done.exception())  # type: ignore[arg-type]
         else:
             call.resolve(done.result())
-            self._open_channel()  # the executor answers again: if its channel was given up, retry
+            self.lane.stream.open()  # the executor answers again: if its channel was given up, retry
 
-    async def _start_batch(self, calls: list[SentCall]) -> None:
-        """Start ``calls`` in one ``execute_batch`` task (the lane's coalescer sends what
-        gathered while the previous batch was being started: under load, many)."""
-        if len(calls) == 1 and not (self.pending or self.alone):
-            self._send_alone(calls[0])
+    def cancel(self, call: SentCall) -> None:
+        try:
+            ray.cancel(call.ref)  # its own actor task: the coroutine sees CancelledError
+        except Exception:
+            pass
+
+
+class _Batches:
+    """Calls started together by ``execute_batch`` and collected by one long poll (see the
+    module docs)."""
+
+    def __init__(self, lane: _Lane, client: str) -> None:
+        self.lane, self.client = lane, client
+        self.queue: Coalescer[SentCall] = Coalescer(self._start, self._failed_start)
+        self.pending: dict[int, SentCall] = {}  # batched, not yet answered
+        self.incarnation: str | None = None  # of the executor, as its last answer said
+        self._keys = 0
+        self._collecting = False
+
+    def idle(self) -> bool:
+        return not (self.queue.queued or self.queue.busy or self.pending)
+
+    def add(self, call: SentCall) -> None:
+        call.route = self
+        self.queue.add(call)
+
+    def cancel(self, call: SentCall) -> None:
+        if self.queue.remove(call):
+            call.resolve(Outcome.CANCELLED)
+        elif call.key in self.pending:
+            self.lane.executor.cancel_batched.remote(self.client, [call.key])
+
+    async def _start(self, calls: list[SentCall]) -> None:
+        """Start ``calls`` in one ``execute_batch`` task (the coalescer sends what gathered
+        while the previous batch was being started: under load, many)."""
+        lane = self.lane
+        if len(calls) == 1 and not (self.pending or lane.alone.in_flight):
+            lane.alone.send(calls[0])
             return
-        if held_dead(self.executor):
-            raise HeldDead(self.executor._actor_id.hex())  # each call fails unsent (_failed_start)
-        if self.process_ended():
-            raise ChannelLost(reached=False)
+        why = lane.unsendable()
+        if why is not None:
+            raise why  # each call fails unsent (_failed_start)
         for call in calls:
             self._keys += 1
             call.key = self._keys
             self.pending[call.key] = call
         items: list[Item] = [(c.key, c.envelope, c.plan_box, c.hub) for c in calls]
-        incarnation = await self.executor.execute_batch.remote(self.client, items)
+        incarnation = await lane.executor.execute_batch.remote(self.client, items)
         if incarnation != self.incarnation:
             # A new executor process: what the old one started is lost with it.
             self._lose(lambda c: c.incarnation is not None and c.incarnation != incarnation)
@@ -278,7 +359,7 @@ class _Lane:
             call.incarnation = incarnation
         if not self._collecting and self.pending:
             self._collecting = True
-            self.loop.create_task(self._collect())
+            lane.loop.create_task(self._collect())
 
     def _failed_start(self, calls: list[SentCall], exc: Exception) -> None:
         """The batch never started (the executor is dead or restarting): its calls fail."""
@@ -291,7 +372,7 @@ class _Lane:
             while self.pending and self.incarnation is not None:
                 incarnation = self.incarnation
                 try:
-                    entries = await self.executor.collect.remote(self.client, incarnation, COLLECT_WAIT_S)
+                    entries = await self.lane.executor.collect.remote(self.client, incarnation, COLLECT_WAIT_S)
                 except Exception as exc:
                     self._lose(lambda c: c.incarnation == incarnation, exc)
                     self._forget(incarnation)
@@ -321,24 +402,6 @@ class _Lane:
             call.fail(error if error is not None else WorkerCrashedError(
                 "the executor running the call was restarted before it answered (its process died)"))
 
-    def cancel(self, call: SentCall) -> None:
-        if call.future.done() and not call.future.cancelled():
-            return  # answered (a future cancelled with its awaiting task still stops the call)
-        if self._held is not None and call in self._held:
-            self._held.remove(call)
-            call.resolve(Outcome.CANCELLED)
-        elif call.channel is not None:
-            call.channel.cancel(call)
-        elif call.ref is not None:
-            try:
-                ray.cancel(call.ref)  # its own actor task: the coroutine sees CancelledError
-            except Exception:
-                pass
-        elif self.batches.remove(call):
-            call.resolve(Outcome.CANCELLED)
-        elif call.key in self.pending:
-            self.executor.cancel_batched.remote(self.client, [call.key])
-
 
 class Lanes:
     """One event loop's lanes to a registry's executors, one per executor actor."""
@@ -351,15 +414,13 @@ class Lanes:
     def discard(self) -> None:
         """Close every channel (this loop is closed: nothing of it runs any more)."""
         for lane in self._lanes.values():
-            if lane.channel is not None:
-                lane.channel.discard()
-            lane._forget_process()
+            lane.stream.discard()
 
     def streams_to(self, executor: Any) -> bool:
         """Whether calls to ``executor`` go on its open channel now (so one that never
         reaches it is told from one that may have run, without a probe)."""
         lane = self._lanes.get(executor._actor_id)
-        return lane is not None and lane.channel is not None
+        return lane is not None and lane.stream.channel is not None
 
     def send(self, executor: Any, envelope: bytes, plan_box: Any = None, hub: Any = None) -> SentCall:
         """Send one call's envelope to ``executor`` (see the module docs)."""
