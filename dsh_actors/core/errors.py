@@ -51,8 +51,8 @@ there is, with its code, and that each one pickles)::
     ├── session logs:
     │   ├── InvalidEventError           INVALID_EVENT        log.events (also a ValueError)
     │   ├── LogCorruptError             LOG_CORRUPT          log.frames
-    │   ├── SessionLogWriteError        LOG_WRITE_FAILED     runtime.session
-    │   └── SessionHeldError            SESSION_HELD         runtime.session (also a ValueError)
+    │   ├── SessionLogWriteError        LOG_WRITE_FAILED     log.writer
+    │   └── SessionHeldError            SESSION_HELD         log.writer (also a ValueError)
     ├── the agent and the batch job:
     │   ├── ModelError                  MODEL_ERROR          agent.model (stop)
     │   ├── ScorerError                 SCORER               agent.scoring

@@ -19,7 +19,7 @@ from ..core.within import within
 from .backoff import WHILE_RESTARTING
 from .errors import ACTOR_GONE, DEAD_ACTORS, RayRuntimeError, translate
 
-__all__ = ["kept_actor", "kept_actor_async", "live_actor", "live_actor_async", "release"]
+__all__ = ["kept_actor_async", "live_actor", "live_actor_async", "release"]
 
 _REVIVAL = WHILE_RESTARTING.within(10.0)  # a named actor made again answers within seconds, or never
 
@@ -67,19 +67,10 @@ def _held(cache: dict[Any, Any], key: Any) -> Any:
     return None if handle is None or handle._actor_id.hex() in DEAD_ACTORS else handle
 
 
-def kept_actor(cache: dict[Any, Any], key: Any, create: Callable[[], Any], *, what: str) -> Any:
+async def kept_actor_async(cache: dict[Any, Any], key: Any, create: Callable[[], Any], *, what: str) -> Any:
     """The handle ``cache`` keeps under ``key`` (a process's handle of a node's named actor),
     made (or found) by ``create`` and asked to answer its ``ping`` when none is kept or the
-    kept one was seen dead for good (blocking)."""
-    handle = _held(cache, key)
-    if handle is None:
-        handle, _ = live_actor(create, lambda h: h.ping.remote(), what=what, unavailable=RayRuntimeError)
-        cache[key] = handle
-    return handle
-
-
-async def kept_actor_async(cache: dict[Any, Any], key: Any, create: Callable[[], Any], *, what: str) -> Any:
-    """:func:`kept_actor` for async code: nothing blocks the event loop while the actor answers."""
+    kept one was seen dead for good (nothing blocks the event loop meanwhile)."""
     handle = _held(cache, key)
     if handle is None:
         handle, _ = await live_actor_async(create, lambda h: h.ping.remote(), what=what, unavailable=RayRuntimeError)

@@ -103,7 +103,7 @@ def test_killing_the_writer_mid_stream_loses_nothing_that_was_acknowledged(ray_c
     path = tmp_path / "crash.log"
     session = f"crash-{time.monotonic_ns()}"
     log = SessionLog.open(session, str(path), fsync="never")
-    outcomes = _stream_then_kill([log], lambda: ray.kill(log._handle()))
+    outcomes = _stream_then_kill([log], lambda: ray.kill(log._writer))
     failed = [v for v in outcomes.values() if not isinstance(v, int)]
     assert failed and all(getattr(v, "code", None) == "LOG_WRITE_FAILED" for v in failed)  # said, not hidden
     assert sum(isinstance(v, int) for v in outcomes.values()) > 50  # appends after the kill went on
@@ -128,8 +128,8 @@ def test_sigkilling_the_shared_writer_mid_batch_loses_no_acknowledged_event_of_a
     tag = time.monotonic_ns()
     paths = [tmp_path / f"agent-{k}.log" for k in range(20)]
     logs = [SessionLog.open(f"agent-{k}-{tag}", str(p)) for k, p in enumerate(paths)]
-    writer = logs[0]._handle()
-    assert all(log._handle()._actor_id == writer._actor_id for log in logs)  # one writer for the node
+    writer = logs[0]._writer
+    assert all(log._writer._actor_id == writer._actor_id for log in logs)  # one writer for the node
     pid = pid_of(writer, T)
     outcomes = _stream_then_kill(logs, lambda: os.kill(pid, signal.SIGKILL), acknowledged_before_kill=200,
                                  after=30)
@@ -187,7 +187,7 @@ def test_the_nodes_writer_outlives_the_driver_that_made_it(ray_cluster, tmp_path
         assert creator.stdout.readline().strip() == "opened"
         log = SessionLog.open("survivor", str(tmp_path / "survivor.log"), namespace=namespace)
         assert log.append({"type": "turn/start"}).result(T) == 0
-        writer = log._handle()
+        writer = log._writer
         pid = ray.get(writer.__ray_call__.remote(lambda self: __import__("os").getpid()), timeout=T)
         creator.communicate("go\n", timeout=T)
         assert creator.returncode == 0
@@ -281,7 +281,7 @@ def test_a_session_is_found_by_id_from_another_node_and_still_after_its_writer_w
 
     node, index = ray.get(record_from_another_node.remote(session_id, "one"), timeout=T)
     assert node == ray_cluster["special_node"].node_id and index == 1
-    writer = log._handle()
+    writer = log._writer
     pid = pid_of(writer, T)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + T

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any, Awaitable, Callable, Mapping
 
 import msgpack
@@ -41,13 +40,12 @@ from ..errors import ACTOR_GONE, DEAD_ACTORS, RAY_ERROR, RayRuntimeError, rememb
 from ..local import ensure_ray
 from ..process import current
 from ..response import Response, background_loop
-from ..revive import kept_actor, kept_actor_async
+from ..revive import kept_actor_async
 from ..wire import DEFAULT_NAMESPACE, session_writer_name
-from .writer import (FSYNC_POLICIES, SESSION_WRITER_OPTIONS, SessionHeldError, SessionLogWriteError, SessionWriter,
-                     SessionWriterCore, SessionWriterService)
+from ...log.writer import (FSYNC_POLICIES, Append, Close, Op, Open, Reply, SessionHeldError, SessionLogWriteError)
+from .writer import SESSION_WRITER_OPTIONS, SessionWriter
 
-__all__ = ["SESSION_WRITER_OPTIONS", "SessionHeldError", "SessionLog", "SessionLogWriteError", "SessionWriter",
-           "SessionWriterCore", "SessionWriterService"]
+__all__ = ["SessionLog"]
 
 
 class _Batcher:
@@ -60,26 +58,27 @@ class _Batcher:
         self.handle = handle
         self._ops: Coalescer[_Op] = Coalescer(self._send, _fail)
 
-    def enqueue(self, op: tuple[Any, ...], reopen: Callable[[], Awaitable[Any]] | None = None) -> "asyncio.Future[Any]":
+    def enqueue(self, op: Op, reopen: Callable[[], Awaitable[Any]] | None = None) -> "asyncio.Future[Reply]":
         """Queue ``op`` now (ops go out in the order they were queued); await the future
         for its result. ``reopen``: how an append or a close opens its session again."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._ops.add(_Op(op, reopen, future))
         return future
 
     async def _send(self, batch: list["_Op"]) -> None:
         packed = await self.handle.commit_batch.remote([o.op for o in batch])
         again = []
-        for op, result in zip(batch, msgpack.unpackb(packed)):
-            if result[0] == "not_open" and op.reopen is not None and op.tries < _OPEN_TRIES:
+        for op, packed_reply in zip(batch, msgpack.unpackb(packed)):
+            reply = Reply(*packed_reply)
+            if reply.kind == "not_open" and op.reopen is not None and op.tries < _OPEN_TRIES:
                 again.append(op)
             elif not op.future.done():
-                op.future.set_result(result)
-        for session_id, reopen in {o.op[1]: o.reopen for o in again}.items():
+                op.future.set_result(reply)
+        for session_id, reopen in {o.op.session_id: o.reopen for o in again}.items():
             try:
                 await reopen()  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 — its callers hear it
-                _fail([o for o in again if o.op[1] == session_id], exc)
+                _fail([o for o in again if o.op.session_id == session_id], exc)
         for op in again:
             op.tries += 1
         self._ops.put_back([o for o in again if not o.future.done()])  # first, in their order
@@ -95,8 +94,8 @@ def _fail(ops: list["_Op"], exc: Exception) -> None:
 class _Op:
     __slots__ = ("op", "reopen", "future", "tries")
 
-    def __init__(self, op: tuple[Any, ...], reopen: Callable[[], Awaitable[Any]] | None,
-                 future: "asyncio.Future[Any]") -> None:
+    def __init__(self, op: Op, reopen: Callable[[], Awaitable[Any]] | None,
+                 future: "asyncio.Future[Reply]") -> None:
         self.op, self.reopen, self.future = op, reopen, future
         self.tries = 0
 
@@ -166,17 +165,17 @@ def _writer_options(namespace: str, node: str) -> Callable[[], Any]:
     ).remote()
 
 
-def _writer(namespace: str, node: str) -> Any:
-    """This process's handle of ``node``'s session writer: made (or found) and asked to
-    answer once, then kept until it is seen dead for good (blocking: for plain code)."""
-    return kept_actor(current().session_writers, (namespace, node), _writer_options(namespace, node),
-                      what=f"the session writer of node {node[:12]}")
-
-
 async def _writer_async(namespace: str, node: str) -> Any:
-    """:func:`_writer` for async code: nothing blocks the event loop while the writer answers."""
+    """This process's handle of ``node``'s session writer: made (or found) and asked to
+    answer once, then kept until it is seen dead for good."""
     return await kept_actor_async(current().session_writers, (namespace, node), _writer_options(namespace, node),
                                   what=f"the session writer of node {node[:12]}")
+
+
+def _this_actor() -> str | None:
+    """This process's actor id: who holds the sessions it opens (``None``: a driver, or a
+    process not on Ray)."""
+    return ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
 
 
 class SessionLog:
@@ -210,27 +209,20 @@ class SessionLog:
         session writer, made on first use (or again, if it died), waited for while Ray
         restarts it — and record where it is open (blocking; in async code,
         :meth:`open_async`)."""
-        log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
-        for pause in WHILE_RESTARTING.pauses():
-            try:
-                ray.get(log._open_on(log._handle()), timeout=120)
-                return log
-            except ACTOR_GONE as exc:
-                log._writer_failed(exc, pause is None)
-                time.sleep(pause or 0)
-            except ray.exceptions.RayTaskError as exc:  # the writer refused (SESSION_HELD): its own error
-                raise translate(exc) from None
-        raise AssertionError("unreachable")
+        ensure_ray()  # here, in the caller's thread: Ray's first start belongs there, not in the loop's
+        return asyncio.run_coroutine_threadsafe(
+            cls.open_async(session_id, path, fsync=fsync, fsync_interval_s=fsync_interval_s, namespace=namespace),
+            background_loop()).result()
 
     @classmethod
     async def open_async(cls, session_id: str, path: str, *, fsync: FsyncPolicy = "always",
                          fsync_interval_s: float = 0.05, namespace: str = DEFAULT_NAMESPACE) -> "SessionLog":
         """:meth:`open` for async code (the event loop is not blocked while the file opens)."""
         log = cls._new(session_id, path, fsync, fsync_interval_s, namespace)
-        opened = await log._resent(lambda handle: log._queue_on(handle, ("open", *log._open_args())))
-        if opened[0] == "error":
-            if opened[1] != SessionHeldError.code:
-                raise (LogCorruptError if opened[1] == LogCorruptError.code else SessionLogWriteError)(opened[2])
+        opened = await log._resent(lambda handle: log._queue_on(handle, Open(*log._open_args())))
+        if opened.kind == "error":
+            if opened.code != SessionHeldError.code:
+                raise (LogCorruptError if opened.code == LogCorruptError.code else SessionLogWriteError)(opened.message)
             await log._resent(log._open_on)  # on its own: the writer may take over what dead actors held
         return log
 
@@ -291,28 +283,20 @@ class SessionLog:
 
     def _open_args(self) -> tuple[Any, ...]:
         record = self._record
-        return (self._key, record["path"], record["fsync"], record["interval"],
-                ray.get_runtime_context().get_actor_id())  # None in a driver
+        return (self._key, record["path"], record["fsync"], record["interval"], _this_actor())
 
     def _open_on(self, handle: Any, create: bool = True) -> Any:
         return handle.open.remote(*self._open_args(), create)
 
-    def _handle(self) -> Any:
-        """The writer's handle (one per node, shared by this process's clients); one seen
-        dead for good is made again on its node (blocking: for plain code)."""
-        handle = self._writer
-        if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
-            self._writer = handle = _writer(self.namespace, self._record["node"])
-        return handle
-
     async def _handle_async(self) -> Any:
-        """:meth:`_handle` for async code (nothing blocks the event loop)."""
+        """The writer's handle (one per node, shared by this process's clients); one seen
+        dead for good is made again on its node."""
         handle = self._writer
         if handle is None or handle._actor_id.hex() in DEAD_ACTORS:
             self._writer = handle = await _writer_async(self.namespace, self._record["node"])
         return handle
 
-    async def _enqueued(self, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
+    async def _enqueued(self, op: Op) -> "asyncio.Future[Reply]":
         """Queue ``op`` on the writer, in the order ops were made: while the writer's
         handle is being looked up (first use, or after it died), later ops queue behind
         the lookup instead of overtaking the ones waiting for it."""
@@ -328,10 +312,10 @@ class SessionLog:
         finally:
             self._waiting -= 1
 
-    def _queue_on(self, handle: Any, op: tuple[Any, ...]) -> "asyncio.Future[Any]":
+    def _queue_on(self, handle: Any, op: Op) -> "asyncio.Future[Reply]":
         # A restarted writer forgot the session: an append or a close opens it there again
         # (its file recovered) and is sent once more, so a close still answers the summary.
-        reopen = (lambda: self._open_on(handle, create=op[0] == "append")) if op[0] in ("append", "close") else None
+        reopen = None if isinstance(op, Open) else (lambda: self._open_on(handle, create=isinstance(op, Append)))
         return _batcher(handle).enqueue(op, reopen)
 
     async def _writer_call(self, method: str, *args: Any) -> Any:
@@ -351,19 +335,18 @@ class SessionLog:
         payloads = [msgpack.packb(e, use_bin_type=True) for e in checked]
         self._closed = False  # an append after a close opens the session again
         try:
-            result = await (await self._enqueued(("append", self._key, payloads)))
+            reply = await (await self._enqueued(Append(self._key, payloads)))
         except ACTOR_GONE as exc:
             remember_dead(exc)
             raise SessionLogWriteError(
                 f"the session writer of {self._key!r} died before acknowledging {len(events)} event(s); "
                 "they may or may not be on disk") from None
-        if result[0] == "ok":
-            self._mirror.remember(result[1], checked)
-            return list(result[1])
-        if result[0] == "not_open":
+        if reply.kind == "ok":
+            self._mirror.remember(reply.value, checked)
+            return list(reply.value)
+        if reply.kind == "not_open":
             raise SessionLogWriteError(f"the session log {self._key!r} could not be opened on its writer")
-        _, code, message = result
-        raise (InvalidEventError if code == InvalidEventError.code else SessionLogWriteError)(message)
+        raise (InvalidEventError if reply.code == InvalidEventError.code else SessionLogWriteError)(reply.message)
 
     def append(self, event: Mapping[str, Any]) -> Response[int]:
         """Append one event; resolves (to its index) once it is on disk per the fsync policy."""
@@ -413,7 +396,7 @@ class SessionLog:
         async def run() -> dict[str, Any] | None:
             if self._closed:
                 return None
-            op = ("close", self._key)
+            op = Close(self._key)
             try:
                 try:
                     result = await (await self._enqueued(op))  # in order, behind this client's appends
@@ -423,5 +406,5 @@ class SessionLog:
             except (HarnessError, OSError, ray.exceptions.RayTaskError):  # the writer, or the file, is gone for good
                 return None
             self._closed = True
-            return result[1] if result[0] == "ok" else None
+            return result.value if result.kind == "ok" else None
         return Response(run)
