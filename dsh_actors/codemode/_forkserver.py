@@ -38,6 +38,7 @@ import socket  # noqa: E402
 import msgpack  # noqa: E402
 
 import _child  # noqa: E402
+import _children  # noqa: E402
 import _walls  # noqa: E402
 
 for _name in CONFIG["preload"]:  # a program's `import json` is then free in every run
@@ -122,7 +123,7 @@ class Server:
                 os.close(fd)
 
     def reap(self, wake_fd):
-        for pid, status in _walls.ended_children(wake_fd):
+        for pid, status in _children.ended_children(wake_fd):
             code = os.waitstatus_to_exitcode(status)
             if pid in self.slots:
                 self.free_slots.append(self.slots.pop(pid))
@@ -142,7 +143,7 @@ class Server:
         self.leftover = keep
 
     def serve(self):
-        wake_r = _walls.watch_children()
+        wake_r = _children.watch_children()
         selector = selectors.DefaultSelector()
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(wake_r, selectors.EVENT_READ, "child")

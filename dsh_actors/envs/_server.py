@@ -19,7 +19,7 @@ import os
 import select
 import signal
 
-import _walls
+import _children
 import _wire
 from _commands import CLIENT, REAP, Commands
 from _files import PathRefused
@@ -96,7 +96,7 @@ class Server:
         self.epoll = select.epoll()
         self.handlers = {}
         self.writing = set()
-        self.wake = _walls.watch_children()
+        self.wake = _children.watch_children()
         self.commands = Commands(watch=self._watch, forget=self._forget, cgroups=cgroups, meter=meter, env=env,
                                  workspace=workspace,
                                  inherited=lambda: (listener.fileno(), self.epoll.fileno(), self.wake, *self.handlers))
@@ -222,7 +222,7 @@ class Server:
 
     def _reap(self, _mask):
         """``SIGCHLD``: reap the spawner, orphans, and commands whose spawner died."""
-        for pid, status in _walls.ended_children(self.wake):
+        for pid, status in _children.ended_children(self.wake):
             self.commands.reaped(pid, status)
 
     # --- the end -------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import signal
 import msgpack
 
 import _confine
-import _walls
+import _children
 import _wire
 
 BASH = "/bin/bash"
@@ -77,13 +77,13 @@ class Spawner:
         self._send({"n": request["n"], "pid": pid})
 
     def reap(self, wake):
-        for pid, status in _walls.ended_children(wake):
+        for pid, status in _children.ended_children(wake):
             self._send({"exit": pid, "status": status, "usage": _usage()})
 
     def run(self, first_slot, lib):
         """The spawner's life; it ends (the process exits) when the init's end closes."""
         _confine.retitle(lib, "dsh-envs-spawner")
-        wake = _walls.watch_children()
+        wake = _children.watch_children()
         if self.cgroups is not None:
             self.cgroups.join_box()
             self.cgroups.park(first_slot)

@@ -47,6 +47,7 @@ import landlockpy  # noqa: E402
 import msgpack  # noqa: E402
 
 import _confine  # noqa: E402
+import _children  # noqa: E402
 import _walls  # noqa: E402
 import _warden  # noqa: E402
 
@@ -192,7 +193,7 @@ class Zygote:
             ours.close()
 
     def serve(self):
-        self.wake = _walls.watch_children()
+        self.wake = _children.watch_children()
         self.selector.register(self.control, selectors.EVENT_READ, "control")
         self.selector.register(self.wake, selectors.EVENT_READ, "children")
         self.send({"op": "ready", "pid": os.getpid()})
@@ -209,7 +210,7 @@ class Zygote:
                     if request.get("op") == "start":
                         self.start(request)
                 else:
-                    _walls.ended_children(self.wake)  # wardens: nothing to say about them
+                    _children.ended_children(self.wake)  # wardens: nothing to say about them
 
 
 def _bind(fd, path):
