@@ -294,7 +294,7 @@ def test_a_sigkilled_session_log_is_opened_again_over_its_durable_file(ray_clust
     path = str(tmp_path / "s.log")
     log = SessionLog.open("revive-me", path)
     log.append({"type": "user/message", "content": "kept"}).result(T)
-    os.kill(pid_of(log._handle(), T), signal.SIGKILL)
+    os.kill(pid_of(log._writer, T), signal.SIGKILL)
     time.sleep(0.5)
     again = SessionLog.open("revive-me", path)  # not the dead actor: a new one over the same file
     assert [e.get("content") for e in again.events().result(T)] == ["kept"]
