@@ -175,6 +175,53 @@ def _eval(args: argparse.Namespace) -> int:
     return 0 if summary["episodes_failed"] == 0 else 1
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """Run the MCP gateway until SIGINT or SIGTERM, then take down what it made."""
+    import signal
+    import threading
+    import uuid
+
+    from .eval.plugins import PluginError, load_tools
+    from .runtime.client import ToolRegistry
+    from .runtime.local import ensure_ray
+    from .tools.workspace import AgentWorkspaces
+
+    try:
+        from .serve import GatewayConfig, serve_mcp, serve_running, stop_mcp
+    except ImportError as exc:
+        print(f"dsh-actors serve: {exc.name} is missing: pip install 'dsh-actors[serve]'", file=sys.stderr)
+        return 2
+    places = AgentWorkspaces(args.workspaces) if args.workspaces else None
+    try:
+        definitions = [d for spec in args.tools for d in load_tools(spec, places)]
+    except PluginError as exc:
+        print(f"dsh-actors serve: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    ensure_ray()
+    name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.connect(name, scope_hosting="shared")
+    ours = not serve_running()  # Serve started for this gateway alone ends with it
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    try:
+        for definition in definitions:
+            registry.register(definition).result(120)
+        registry.approvals(policy=args.approvals).result(120)
+        url = serve_mcp(GatewayConfig(name), host=args.host, port=args.port,
+                        num_replicas=args.replicas)
+        print(f"dsh-actors serve: registry {name!r}, {len(definitions)} tool(s); an agent's endpoint: {url}",
+              flush=True)
+        stopped.wait()
+    finally:
+        try:
+            stop_mcp(shutdown_serve=ours)
+        finally:
+            registry.shutdown()
+    print("dsh-actors serve: stopped", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dsh-actors", description="Tool registry and pipeline on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -238,6 +285,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "(docs/tool-catalog.md) and the episode format (docs/episode-format.md)")
     catalog.add_argument("--out", default="docs/tool-catalog.md")
     catalog.add_argument("--format-out", default="docs/episode-format.md")
+    serve = commands.add_parser("serve", help="serve each agent's tools as an MCP server (Streamable HTTP, Ray Serve)")
+    serve.add_argument("--tools", action="append", default=[], metavar="MODULE:NAME",
+                       help="tool definitions to serve: a list, or a function of the agents' workspaces (repeatable)")
+    serve.add_argument("--workspaces", metavar="DIR",
+                       help="each agent works in DIR/<agent> (which must exist): what --tools functions are given")
+    serve.add_argument("--approvals", choices=["never", "always", "ask"], default="ask",
+                       help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals` (default)")
+    serve.add_argument("--registry", help="the registry's name (default: a new one)")
+    serve.add_argument("--host", default="127.0.0.1", help="where Serve's HTTP proxy listens (default: loopback)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--replicas", type=int, default=1, help="gateway replicas (each answers any request)")
     approvals = commands.add_parser(
         "approvals", help="list and answer pending approval requests",
         description="List and answer the pending asks of a registry's approval queue, from any shell.",
@@ -261,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main()
     if args.command == "eval":
         return _eval(args)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "replay":
         from .eval.replay import replay_logs
 

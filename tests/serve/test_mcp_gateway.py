@@ -1,0 +1,165 @@
+"""Each agent of a registry as an MCP server on Ray Serve, asked by the official `mcp`
+client over real HTTP: its own tools, the registry's whole pipeline on every call, an ask
+answered from the approval queue, a replica killed. Judged from outside: files the tool
+bodies write, the client's own view of the results."""
+
+import asyncio
+import socket
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+import ray  # noqa: E402
+
+from dsh_actors import ToolRegistry, ask, define_tool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+T = 60
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tools(folder):
+    def add(args, ctx):
+        return [{"type": "text", "text": str(int(args["a"] + args["b"]))}]
+
+    def write(args, ctx):
+        with open(f"{folder}/{args['name']}", "w") as out:
+            out.write(ctx.agent or "")
+        return {"content": [{"type": "text", "text": "written"}], "meta": {"structured_content": {"bytes": 1}}}
+
+    return [
+        define_tool(name="add", description="Add two integers.", parameters={"a": {"type": "number"}, "b": {"type": "number"}}, execute=add,
+                    extras={"read_only": True, "idempotent": True}),
+        define_tool(name="write", description="Write a marker file.", parameters={"name": {"type": "string"}}, execute=write,
+                    extras={"destructive": False}),
+    ]
+
+
+def _asks_for_askers(execution, call_next):
+    return ask("the asker's writes need a human") if execution.agent == "asker" else call_next()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_cluster, tmp_path_factory):
+    """One registry and one gateway (two replicas) for the module: Serve starts in seconds."""
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+
+    name, folder = f"mcp-{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("marks")
+    registry = ToolRegistry.connect(name)
+    for definition in _tools(folder):
+        registry.register(definition).result(T)
+    registry.scope("reader").restrict(deny=["write"]).result(T)
+    registry.on("tools/pre-execute", _asks_for_askers).result(T)
+    queue = registry.approvals().result(T)
+    url = serve_mcp(GatewayConfig(name), port=_free_port(), num_replicas=2)
+    try:
+        yield folder, queue, url
+    finally:
+        try:
+            stop_mcp(shutdown_serve=True)
+        finally:
+            registry.shutdown()
+
+
+async def _session(url, agent, work):
+    from mcp import Client
+
+    async with Client(url.format(agent=agent)) as client:
+        return await work(client)
+
+
+def _ask(url, agent, work):
+    return asyncio.run(_session(url, agent, work))
+
+
+def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
+    _, _, url = gateway
+
+    async def listed(client):
+        return {t.name: t for t in (await client.list_tools()).tools}
+
+    writer, reader = _ask(url, "writer", listed), _ask(url, "reader", listed)
+    assert sorted(writer) == ["add", "write"] and sorted(reader) == ["add"]  # the reader's restriction holds
+    add = writer["add"]
+    assert add.description == "Add two integers."
+    assert add.input_schema["type"] == "object" and set(add.input_schema["properties"]) == {"a", "b"}
+    assert add.annotations.read_only_hint is True and add.annotations.idempotent_hint is True
+    assert writer["write"].annotations.destructive_hint is False
+
+
+def test_a_call_runs_the_pipeline_as_the_agent_and_its_result_keeps_the_code(gateway):
+    marks, _, url = gateway
+
+    async def calls(client):
+        return (await client.call_tool("add", {"a": 2, "b": 3}),
+                await client.call_tool("add", {"a": "two"}),
+                await client.call_tool("write", {"name": "by-writer"}),
+                await client.call_tool("nope", {}))
+
+    added, invalid, written, unknown = _ask(url, "writer", calls)
+    assert [b.text for b in added.content] == ["5"] and added.is_error is False
+    assert added.meta["dsh"]["call_id"].startswith("mcp-")
+    assert invalid.is_error is True and invalid.meta["dsh"]["error"]["code"] == "INVALID_ARGS"
+    assert written.structured_content == {"bytes": 1}
+    assert (marks / "by-writer").read_text() == "writer"  # the body ran, as that agent
+    assert unknown.is_error is True and unknown.meta["dsh"]["error"]["code"] == "UNKNOWN_TOOL"
+
+    async def refused(client):
+        return await client.call_tool("write", {"name": "by-reader"})
+
+    denied = _ask(url, "reader", refused)
+    assert denied.is_error is True and not (marks / "by-reader").exists()  # its restriction is a wall
+
+
+def test_an_ask_waits_for_the_approval_queue_and_a_rejection_runs_nothing(gateway):
+    marks, queue, url = gateway
+
+    async def answered(client):
+        async def answer(verdict):
+            deadline = time.monotonic() + T
+            while time.monotonic() < deadline:
+                pending = await queue.pending()
+                if pending:
+                    return await (queue.allow(pending[0]["id"]) if verdict == "allow" else queue.reject(pending[0]["id"]))
+                await asyncio.sleep(0.1)
+            raise AssertionError("no ask reached the queue")
+
+        allowed = await asyncio.gather(client.call_tool("write", {"name": "allowed"}), answer("allow"))
+        rejected = await asyncio.gather(client.call_tool("write", {"name": "rejected"}), answer("reject"))
+        return allowed[0], rejected[0]
+
+    allowed, rejected = _ask(url, "asker", answered)
+    assert allowed.is_error is False and (marks / "allowed").read_text() == "asker"
+    assert rejected.is_error is True and not (marks / "rejected").exists()
+
+
+def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
+    _, _, url = gateway
+    replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
+    assert len(replicas) == 2
+    victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+    ray.kill(victim, no_restart=True)
+
+    async def add(client):
+        return await client.call_tool("add", {"a": 20, "b": 22})
+
+    answers = [_ask(url, f"agent-{k}", add) for k in range(6)]  # the survivor answers meanwhile
+    assert all([b.text for b in a.content] == ["42"] for a in answers)
+    deadline = time.monotonic() + T
+    while time.monotonic() < deadline:
+        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]}
+        if len(names) == 2 and replicas[0]["name"] not in names:
+            break
+        time.sleep(0.5)
+    assert len(names) == 2 and replicas[0]["name"] not in names  # Serve made a new one

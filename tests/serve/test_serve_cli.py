@@ -1,0 +1,65 @@
+"""`dsh-actors serve` as an operator runs it: your own tools by import path, each agent in its
+own workspace, an MCP client calling them over HTTP, and SIGTERM taking down what it made."""
+
+import asyncio
+import signal
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from .test_mcp_gateway import _free_port  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+PLUGIN = '''
+from dsh_actors import define_tool
+
+def tools(workspaces):
+    def note(args, ctx):
+        path = workspaces.at(ctx).resolve(args["name"])
+        path.write_text(args["text"])
+        return [{"type": "text", "text": f"noted in {path.parent.name}"}]
+    return [define_tool(name="note", description="Write a note in your workspace.",
+                        parameters={"name": {"type": "string"}, "text": {"type": "string"}}, execute=note)]
+'''
+
+
+def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tmp_path):
+    from mcp import Client
+
+    (tmp_path / "mytools.py").write_text(PLUGIN)
+    for agent in ("alice", "bob"):
+        (tmp_path / "ws" / agent).mkdir(parents=True)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
+                               "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never"],
+                              cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "an agent's endpoint: " in line, line or server.stderr.read()[-3000:]
+        url = line.rsplit("an agent's endpoint: ", 1)[1].strip()
+        assert url == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
+
+        async def note(agent, text):
+            async with Client(url.format(agent=agent)) as client:
+                return await client.call_tool("note", {"name": "n.txt", "text": text})
+
+        answers = [asyncio.run(note("alice", "from alice")), asyncio.run(note("bob", "from bob"))]
+        nobody = asyncio.run(note("carol", "no workspace"))
+        assert [a.content[0].text for a in answers] == ["noted in alice", "noted in bob"]
+        assert (tmp_path / "ws" / "alice" / "n.txt").read_text() == "from alice"
+        assert (tmp_path / "ws" / "bob" / "n.txt").read_text() == "from bob"  # each agent in its own
+        assert nobody.is_error and not (tmp_path / "ws" / "carol").exists()
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=120)
+        assert server.returncode == 0, err[-3000:]
+        assert "stopped" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    with pytest.raises(Exception):  # nothing answers there any more: Serve started for it ended with it
+        asyncio.run(note("alice", "after"))
