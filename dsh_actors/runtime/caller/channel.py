@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Protocol
+import socket
+from typing import Any, Callable, Protocol, cast
 
 import msgpack
 
@@ -71,9 +72,10 @@ class Channel(asyncio.Protocol):
     # --- asyncio's side -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(msgpack.packb([Frame.HELLO, self._secret]))
+        # Not an isinstance check: uvloop's transports (the loop of Ray's async actors where
+        # uvloop is installed) have the whole API without subclassing asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.write(msgpack.packb([Frame.HELLO, self._secret]))
 
     def data_received(self, data: bytes) -> None:
         self._unpacker.feed(data)
@@ -169,6 +171,13 @@ class Channel(asyncio.Protocol):
         sock = getattr(transport, "_sock", None)
         if sock is not None:
             sock.close()
+        elif transport is not None:  # uvloop's: no socket of its own to close; end the connection
+            try:
+                fd = transport.get_extra_info("socket").fileno()
+                with socket.socket(fileno=os.dup(fd)) as duplicate:
+                    duplicate.shutdown(socket.SHUT_RDWR)  # the executor reads its end; the fd dies with its loop
+            except (OSError, AttributeError):
+                pass
 
     def _write(self, data: bytes) -> None:
         if self._transport is not None:

@@ -47,7 +47,7 @@ import secrets
 import sys
 import tempfile
 import uuid
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, cast
 
 import msgpack
 
@@ -154,9 +154,10 @@ class _ExecutorEnd(asyncio.Protocol):
         self.out = Outbox(self._write)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=0)  # told when bytes start to wait here, and when none do
+        # Not an isinstance check: under uvloop (Ray runs async actors on it where it is
+        # installed) a transport has the whole API without subclassing asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=0)  # told when bytes start to wait here, and when none do
         self.server.arrived(self)
         self.overdue = asyncio.get_running_loop().call_later(HELLO_WAIT_S, self._cut)
 
