@@ -73,7 +73,11 @@ def ray_cluster():
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
     special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    # This session's actors run on asyncio's loop: the tests that time a loop's steps hook
+    # asyncio's own (uvloop's are C). Ray would pick uvloop where it is installed (the serve
+    # extra brings it): tests/runtime/test_uvloop.py joins as a driver of its own to cover it.
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False,
+             runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}})
     cluster.wait_for_nodes()
     yield {"cluster": cluster, "special_node": special}
     blocked = _logs_saying("Using blocking ray.get inside async actor")

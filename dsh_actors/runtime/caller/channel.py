@@ -187,7 +187,17 @@ class Channel(asyncio.Protocol):
 
 async def connect(address: str, secret: bytes, lost: Callable[[Channel], None]) -> Channel:
     """A channel to the executor listening at ``address``, once it has welcomed us."""
-    _, channel = await asyncio.get_running_loop().create_unix_connection(lambda: Channel(secret, lost), address)
+    loop = asyncio.get_running_loop()
+    # Connected here, then handed over: uvloop (the loop of Ray's async actors where it is
+    # installed) refuses an abstract-namespace address in create_unix_connection (EINVAL).
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+        _, channel = await loop.create_unix_connection(lambda: Channel(secret, lost), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
     try:
         await within(asyncio.shield(channel.welcomed), WELCOME_WAIT_S)
     except BaseException:
