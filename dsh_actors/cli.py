@@ -208,7 +208,7 @@ def _serve(args: argparse.Namespace) -> int:
         for definition in definitions:
             registry.register(definition).result(120)
         registry.approvals(policy=args.approvals).result(120)
-        url = serve_mcp(GatewayConfig(name), host=args.host, port=args.port,
+        url = serve_mcp(GatewayConfig(name, logs=args.logs), host=args.host, port=args.port,
                         num_replicas=args.replicas)
         print(f"dsh-actors serve: registry {name!r}, {len(definitions)} tool(s); an agent's endpoint: {url}",
               flush=True)
@@ -290,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="tool definitions to serve: a list, or a function of the agents' workspaces (repeatable)")
     serve.add_argument("--workspaces", metavar="DIR",
                        help="each agent works in DIR/<agent> (which must exist): what --tools functions are given")
+    serve.add_argument("--logs", metavar="DIR",
+                       help="each agent's session log, DIR/<agent>.log, records its calls (default: no log)")
     serve.add_argument("--approvals", choices=["never", "always", "ask"], default="ask",
                        help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals` (default)")
     serve.add_argument("--registry", help="the registry's name (default: a new one)")

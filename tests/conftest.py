@@ -70,14 +70,19 @@ def ray_cluster():
 
     # Ray's default metrics interval (10 s): every process reporting each second cost the
     # nodes' dashboard agents about a sixth of a core over the suite; the metrics test waits.
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
-    special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
     # This session's actors run on asyncio's loop: the tests that time a loop's steps hook
     # asyncio's own (uvloop's are C). Ray would pick uvloop where it is installed (the serve
     # extra brings it): tests/runtime/test_uvloop.py joins as a driver of its own to cover it.
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}})
+    # Set for the raylets, whose workers inherit it (a job-level runtime env would cost
+    # every actor start the prestarted workers: the suite ran 4 minutes longer).
+    os.environ["RAY_USE_UVLOOP"] = "0"
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 4, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+        special = cluster.add_node(num_cpus=1, resources={"dsh_special": 4}, node_ip_address="127.0.0.1")
+    finally:
+        del os.environ["RAY_USE_UVLOOP"]  # (subprocesses of the tests get Ray's default)
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     cluster.wait_for_nodes()
     yield {"cluster": cluster, "special_node": special}
     blocked = _logs_saying("Using blocking ray.get inside async actor")

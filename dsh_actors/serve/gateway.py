@@ -13,6 +13,7 @@ has none.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from typing import Any
@@ -32,16 +33,19 @@ _AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 class GatewayConfig:
     """Which registry a gateway serves, and how its endpoint is reached."""
 
-    def __init__(self, registry: str, *, namespace: str | None = None,
+    def __init__(self, registry: str, *, namespace: str | None = None, logs: str | None = None,
                  allowed_hosts: list[str] | None = None) -> None:
         """``registry``: the name of a running registry (the gateway joins it as it is; it
-        never makes one). ``allowed_hosts``: the ``Host`` headers accepted (DNS-rebinding
-        protection, e.g. ``["127.0.0.1:*"]``); by default any, since a cluster's gateway is
-        reached by many names."""
+        never makes one). ``logs``: a folder where each agent's session log is
+        (``<logs>/<agent>.log`` on the node of the replica that took the call: a folder
+        every node mounts keeps one log per agent), recording every call as the batch job
+        does (one ``tool/result`` per call); ``None``: no log. ``allowed_hosts``: the
+        ``Host`` headers accepted (DNS-rebinding protection, e.g. ``["127.0.0.1:*"]``); by
+        default any, since a cluster's gateway is reached by many names."""
         from ..runtime.wire import DEFAULT_NAMESPACE
 
         self.registry, self.namespace = registry, namespace or DEFAULT_NAMESPACE
-        self.allowed_hosts = allowed_hosts
+        self.logs, self.allowed_hosts = logs, allowed_hosts
 
 
 def gateway_app(config: GatewayConfig) -> Any:
@@ -52,6 +56,15 @@ def gateway_app(config: GatewayConfig) -> Any:
     from ..runtime.client import ToolRegistry
 
     registry = ToolRegistry(config.registry, config.namespace)  # joins the running one by name, when first asked
+    logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
+
+    async def session_of(agent: str, folder: str) -> Any:
+        from ..runtime.session.client import SessionLog
+
+        if agent not in logs:
+            os.makedirs(folder, exist_ok=True)
+            logs[agent] = await SessionLog.open_async(registry.session_id(agent), os.path.join(folder, f"{agent}.log"))
+        return logs[agent]
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         agent = _agent(ctx)
@@ -60,9 +73,13 @@ def gateway_app(config: GatewayConfig) -> Any:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         agent = _agent(ctx)
-        call_id = f"mcp-{uuid.uuid4().hex[:16]}"
-        result = await registry.execute(call_id=call_id, name=params.name, arguments=params.arguments or {},
-                                        agent=agent)
+        call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
+        if config.logs is None:
+            return mcp_result(await registry.execute(call, agent=agent))
+        from ..runtime.step import agent_step
+
+        session = await session_of(agent, config.logs)
+        [result] = await agent_step(registry.scope(agent), session, [call])  # logged, as a step is
         return mcp_result(result)
 
     server: Server[Any] = Server("dsh-actors", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,

@@ -1,7 +1,7 @@
 """The call path on uvloop, as a job of its own gets it: Ray runs async actors on uvloop
 wherever it is installed (the `serve` extra brings it). The session's own cluster runs its
 actors on asyncio's loop (tests/conftest.py: the test meters time asyncio's loop steps), so
-this test joins it as a separate driver, whose workers are on uvloop, and counts from the
+this test joins it as a separate driver whose job's workers are on uvloop, and counts from the
 actors themselves what went over their channels — a channel that cannot open leaves every
 call on actor tasks, which answer as well and cost three times as much."""
 
@@ -19,7 +19,9 @@ import ray
 from dsh_actors import ToolRegistry, define_tool, text_block
 from dsh_actors.codemode.runtime import CodeRuntimeConfig
 
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+# Ray's default where uvloop is installed; the session's raylets were started without it.
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False,
+         runtime_env={"env_vars": {"RAY_USE_UVLOOP": "1"}})
 echo = define_tool(name="echo", description="echo", parameters={}, execute=lambda a, c: [text_block(str(os.getpid()))])
 native = ToolRegistry.connect(f"uvloop-native-{time.monotonic_ns()}", executors=2)
 code = ToolRegistry.connect(f"uvloop-code-{time.monotonic_ns()}", mode="code", code_dispatch="queue-actor",

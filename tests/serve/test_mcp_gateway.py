@@ -15,6 +15,7 @@ pytest.importorskip("ray.serve")
 import ray  # noqa: E402
 
 from dsh_actors import ToolRegistry, ask, define_tool  # noqa: E402
+from dsh_actors.log import read_records  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,7 +61,7 @@ def gateway(ray_cluster, tmp_path_factory):
     registry.scope("reader").restrict(deny=["write"]).result(T)
     registry.on("tools/pre-execute", _asks_for_askers).result(T)
     queue = registry.approvals().result(T)
-    url = serve_mcp(GatewayConfig(name), port=_free_port(), num_replicas=2)
+    url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=_free_port(), num_replicas=2)
     try:
         yield folder, queue, url
     finally:
@@ -107,6 +108,12 @@ def test_a_call_runs_the_pipeline_as_the_agent_and_its_result_keeps_the_code(gat
 
     added, invalid, written, unknown = _ask(url, "writer", calls)
     assert [b.text for b in added.content] == ["5"] and added.is_error is False
+    # Each call is in the agent's session log, once, as the batch job records a step's calls.
+    logged = [e for e in read_records(marks / "logs" / "writer.log") if e["type"] == "tool/result"]
+    assert [(e["call_id"], e["name"], e["is_error"]) for e in logged] == [
+        (r.meta["dsh"]["call_id"], name, r.is_error)
+        for r, name in ((added, "add"), (invalid, "add"), (written, "write"), (unknown, "nope"))]
+    assert logged[0]["arguments"] == {"a": 2, "b": 3}
     assert added.meta["dsh"]["call_id"].startswith("mcp-")
     assert invalid.is_error is True and invalid.meta["dsh"]["error"]["code"] == "INVALID_ARGS"
     assert written.structured_content == {"bytes": 1}
