@@ -43,10 +43,25 @@ class FakeActor:
         self.dead = False
         self.options: dict[str, Any] = {}
 
+    @property
+    def _actor_id(self) -> "_ActorId":
+        """What a Ray handle's ``_actor_id`` is asked: its ``hex()``."""
+        return _ActorId(self.id)
+
     def __getattr__(self, name: str) -> _Method:
         if name.startswith("_"):
             raise AttributeError(name)
         return _Method(self, name)
+
+
+class _ActorId:
+    __slots__ = ("_id",)
+
+    def __init__(self, actor_id: str) -> None:
+        self._id = actor_id
+
+    def hex(self) -> str:
+        return self._id
 
 
 class FakeSpawner:

@@ -1,6 +1,6 @@
-"""The session client (SessionLog) against a fake writer handle, without Ray: behind the
-handle is the real writer class (its plain writer on a thread, real files); only the actor
-call is an in-process one. What is about processes (a SIGKILLed writer, another node) is in
+"""The session client (SessionLog) against a fake writer handle (tests/fakes.py), without
+Ray: behind the handle is the real writer class (its plain writer on a thread, real files);
+only the actor call is an in-process one. What is about processes (a SIGKILLed writer, another node) is in
 test_session.py, on Ray."""
 
 import asyncio
@@ -12,50 +12,26 @@ from dsh_actors.log.writer import SessionWriterCore
 from dsh_actors.runtime.session.client import SessionLog
 from dsh_actors.runtime.session.writer import SessionWriterService
 
+from ..fakes import FakeActor
+
 pytestmark = pytest.mark.timeout(30)
 
 
-class _Id:
-    def __init__(self, name):
-        self._name = name
-
-    def hex(self):
-        return self._name
+def _writer():
+    """A node's session writer: the real writer class behind an in-process handle."""
+    return FakeActor(SessionWriterService(directory=None))
 
 
-class FakeWriter:
-    """A writer's handle: ``handle.method.remote(*args)`` runs the service's method on the
-    running loop, and every call is counted by method."""
+def _restart(writer):
+    """What Ray's restart leaves: a writer process that has no session open (the dead one's
+    files closed with it, unsynced data in the page cache)."""
+    _stop(writer)
+    writer.obj._core = SessionWriterCore(None)
 
-    def __init__(self, name="writer"):
-        self._actor_id = _Id(name)
-        self.service = SessionWriterService(directory=None)
-        self.calls = {}
 
-    def restart(self):
-        """What Ray's restart leaves: a writer process that has no session open (the dead
-        one's files closed with it, unsynced data in the page cache)."""
-        for file in self.service._core._files.values():
-            file.close()
-        self.service._core = SessionWriterCore(None)
-
-    def stop(self):
-        for file in self.service._core._files.values():
-            file.close()
-
-    def __getattr__(self, method):
-        writer = self
-
-        class Method:
-            @staticmethod
-            def remote(*args):
-                writer.calls[method] = writer.calls.get(method, 0) + 1
-
-                async def run():
-                    answer = getattr(writer.service, method)(*args)
-                    return await answer if asyncio.iscoroutine(answer) else answer
-                return asyncio.ensure_future(run())
-        return Method
+def _stop(writer):
+    for file in writer.obj._core._files.values():
+        file.close()
 
 
 def _log(session_id, path, writer):
@@ -71,12 +47,12 @@ async def _opened(session_id, path, writer):
 
 def test_appends_made_in_one_turn_by_many_sessions_go_to_their_writer_as_one_call(tmp_path):
     async def scenario():
-        writer = FakeWriter()
+        writer = _writer()
         logs = [await _opened(f"agent-{k}", tmp_path / f"{k}.log", writer) for k in range(20)]
-        before = writer.calls.get("commit_batch", 0)
+        before = writer.calls.count("commit_batch")
         indexes = await asyncio.gather(*(log.append_many([{"type": "turn/start"}, {"type": "turn/end"}])
                                          for log in logs))
-        sent = writer.calls["commit_batch"] - before
+        sent = writer.calls.count("commit_batch") - before
         summaries = await asyncio.gather(*(log.close() for log in logs))
         return indexes, sent, summaries
 
@@ -90,15 +66,15 @@ def test_appends_made_in_one_turn_by_many_sessions_go_to_their_writer_as_one_cal
 
 def test_after_its_writer_restarted_a_session_is_opened_there_again_and_nothing_is_lost_or_doubled(tmp_path):
     async def scenario():
-        writer = FakeWriter()
+        writer = _writer()
         log = await _opened("agent", tmp_path / "a.log", writer)
         await log.append({"type": "turn/start"})
-        writer.restart()  # the new writer process has forgotten the session
+        _restart(writer)  # the new writer process has forgotten the session
         second = await log.append({"type": "turn/end"})  # answered not_open: reopened, sent once more
         events = await log.events()
-        writer.restart()
+        _restart(writer)
         summary = await log.close()  # a close still answers the summary, from the recovered file
-        return second, events, summary, writer.calls.get("open", 0)
+        return second, events, summary, writer.calls.count("open")
 
     second, events, summary, opens = asyncio.run(scenario())
     assert second == 1
@@ -111,17 +87,17 @@ def test_after_its_writer_restarted_a_session_is_opened_there_again_and_nothing_
 
 def test_known_events_come_from_memory_until_another_process_appended_between(tmp_path):
     async def scenario():
-        writer = FakeWriter()
+        writer = _writer()
         mine = await _opened("agent", tmp_path / "a.log", writer)
         other = _log("agent", tmp_path / "a.log", writer)  # another process's client of the same session
         await mine.append_many([{"type": "turn/start"}, {"type": "user/message", "content": "hi"}])
         first = await mine.known_events()
-        reads_before = writer.calls.get("events", 0)
+        reads_before = writer.calls.count("events")
         await other.append({"type": "approval/asked", "id": "1", "tool_name": "rm"})
         await mine.append({"type": "turn/end"})
         second = await mine.known_events()
-        writer.stop()
-        return first, reads_before, second, writer.calls.get("events", 0)
+        _stop(writer)
+        return first, reads_before, second, writer.calls.count("events")
 
     first, reads_before, second, reads_after = asyncio.run(scenario())
     assert [e["type"] for e in first] == ["turn/start", "user/message"] and reads_before == 0
@@ -131,14 +107,14 @@ def test_known_events_come_from_memory_until_another_process_appended_between(tm
 
 def test_an_event_that_is_not_one_is_refused_by_the_client_and_the_session_goes_on(tmp_path):
     async def scenario():
-        writer = FakeWriter()
+        writer = _writer()
         log = await _opened("agent", tmp_path / "a.log", writer)
-        sent_before = writer.calls.get("commit_batch", 0)
+        sent_before = writer.calls.count("commit_batch")
         with pytest.raises(InvalidEventError):
             await log.append_many([{"type": "turn/start"}, {"type": "no/such-type"}])
-        refused_unsent = writer.calls.get("commit_batch", 0) == sent_before
+        refused_unsent = writer.calls.count("commit_batch") == sent_before
         index = await log.append({"type": "turn/start"})
-        writer.stop()
+        _stop(writer)
         return refused_unsent, index
 
     refused_unsent, index = asyncio.run(scenario())
