@@ -31,7 +31,7 @@ from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, Enviro
                              Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
 from .backoff import WHILE_RESTARTING
-from .caller.routes import this_node
+from .local import this_node
 from .errors import ACTOR_GONE, died_for_good, remember_dead
 from .process import current
 from .requester import CHECK_S, requester, still_there

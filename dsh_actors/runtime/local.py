@@ -29,7 +29,18 @@ from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
 from ..core.trace_export import tracing_variables
 
-__all__ = ["ensure_ray"]
+__all__ = ["ensure_ray", "this_node"]
+
+
+def this_node() -> str | None:
+    """The id of the node this process runs on (``None`` when not connected to Ray: asking
+    then would start a Ray instance)."""
+    if not ray.is_initialized():
+        return None
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - no node to say
+        return None
 
 
 def ensure_ray(**init_options: Any) -> None:

@@ -106,7 +106,7 @@ def test_a_killed_environment_host_takes_its_environments_and_the_next_one_start
     agent's next call answers ENV_GONE; the next environment starts (on a host made again for
     good, or the one Ray restarted) and runs commands."""
     import ray
-    from dsh_actors.runtime.caller.routes import this_node
+    from dsh_actors.runtime.local import this_node
     from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
 
     root = tmp_path / "workspaces"

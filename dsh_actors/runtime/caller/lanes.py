@@ -53,7 +53,7 @@ from ..backoff import WHILE_RESTARTING
 from .channel import Channel, connect
 from ..coalesce import Coalescer
 from ..errors import ChannelLost, HeldDead, WorkerCrashedError, died_for_good, held_dead, never_reached
-from .routes import this_node
+from ..local import this_node
 from ..wire import COLLECT_WAIT_S, Item, Outcome
 
 __all__ = ["CHANNEL_ENVELOPE_MAX", "Lanes", "SentCall"]
@@ -174,7 +174,9 @@ class _Stream:
         self.open()
 
     def hold(self, call: SentCall) -> None:
-        self.held = [*(self.held or []), call]
+        if self.held is None:
+            self.held = []
+        self.held.append(call)
         call.route = self
 
     def cancel(self, call: SentCall) -> None:

@@ -26,10 +26,9 @@ import asyncio
 import time
 from typing import Any
 
-import ray
-
 from ...core.within import within
 from ..errors import ChannelLost, died_for_good, held_dead, unfollowed
+from ..local import this_node
 from .link import RegistryLink
 
 __all__ = ["REVIVAL_WAIT_S", "SICK_S", "TURN_CALLS", "ExecutorRoutes"]
@@ -44,17 +43,6 @@ replaced by the registry before the next is chosen) before it gives the call the
 TURN_CALLS = 16
 """How many calls made in one turn of an event loop go to the same executor (so they
 travel as one batch) before the next executor's turn."""
-
-
-def this_node() -> str | None:
-    """The id of the node this process runs on (``None`` when not connected to Ray: asking
-    then would start a Ray instance)."""
-    if not ray.is_initialized():
-        return None
-    try:
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - no node to prefer
-        return None
 
 
 class ExecutorRoutes:

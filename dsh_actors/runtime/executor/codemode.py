@@ -51,7 +51,7 @@ from ..caller.calls import Call, CallInput
 from ..errors import ACTOR_GONE, ExecutionCancelledError, WorkerCrashedError, died_for_good, never_reached, translate
 from .executor import ExecutorCore
 from ..caller.owner import owner
-from ..caller.routes import this_node
+from ..local import this_node
 from ..process import current
 from ..signals import portable_reason
 from ..session.client import SessionLog

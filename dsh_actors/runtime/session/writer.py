@@ -24,6 +24,7 @@ import ray
 from ...log import FsyncPolicy, derive_messages
 from ...log.writer import Op, Reply, SessionHeldError, SessionWriterCore
 from ..coalesce import Coalescer
+from ..local import this_node
 
 __all__ = ["ABANDONED_S", "SESSION_WRITER_OPTIONS", "SessionWriter", "SessionWriterService"]
 
@@ -55,7 +56,7 @@ class SessionWriterService:
         """``directory``: the file noting which sessions are open here (default: one in Ray's
         session folder on this node, named for this writer)."""
         self._core = SessionWriterCore(directory if directory is not None else _directory_file())
-        self._node = _this_node()
+        self._node = this_node()
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-commit")
         self._groups: Coalescer[tuple[list[Op], asyncio.Future[list[Reply]]]] | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -137,15 +138,6 @@ class SessionWriterService:
 
     def ping(self) -> str:
         return "pong"
-
-
-def _this_node() -> str | None:
-    if not ray.is_initialized():  # (asking Ray's context would start a Ray of its own)
-        return None  # not in a Ray process: a test of the class
-    try:
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - a driver has no node of its own to say
-        return None
 
 
 def _directory_file() -> str | None:
