@@ -77,7 +77,10 @@ def agent_step(scope: AgentScope, session: SessionLog, calls: Sequence[Mapping[s
         return result, time.perf_counter() - started
 
     async def modes() -> list[str]:
-        """Each call's execution mode, from one read of the agent's view."""
+        """Each call's execution mode, from one read of the agent's view (a step of one call
+        is one group whatever its mode: no read)."""
+        if len(calls) < 2:
+            return ["exclusive"] * len(calls)
         try:
             visible = {d.name: d for d in await scope.visible()}
         except Exception:
