@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
 import sys
 import time
@@ -24,6 +23,8 @@ from _results import table, write_section  # noqa: E402
 
 from dsh_actors import ToolRegistry, define_tool, text_block  # noqa: E402
 from dsh_actors.runtime import ensure_ray  # noqa: E402
+
+from tool_server import free_port  # noqa: E402
 
 CALLS = {"echo": (64, 2000), "wait": (200, 2000)}
 """tool -> (in flight, calls per round)."""
@@ -40,12 +41,6 @@ async def waits(args, ctx):
 
 TOOLS = [define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}}, execute=echoes),
          define_tool(name="wait", description="waits 100 ms", parameters={}, execute=waits)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bare_application():
@@ -124,7 +119,7 @@ def main() -> None:
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     ensure_ray()
-    port = _free_port()
+    port = free_port()
     registry = ToolRegistry.connect("mcp-gateway-bench")
     try:
         for definition in TOOLS:

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,17 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.readme import ROOT, replace, walkthrough
 
 pytestmark = pytest.mark.runs_long
 
 BIN = Path(sys.executable).parent
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 TAG = "DSH_TEST_RAY_START"
@@ -95,11 +89,11 @@ def _walked(folder):
     yields ``(failure or None, stdout, out folder, head port, environment)`` while its cluster
     still runs, then stops exactly that cluster's processes."""
     temp = tempfile.mkdtemp(prefix="dshjob-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    port, dashboard, model_port, out = _free_port(), _free_port(), _free_port(), folder / "job-out"
+    port, dashboard, model_port, out = free_port(), free_port(), free_port(), folder / "job-out"
     # Every port explicit: another Ray on this machine (the test session's own cluster) holds the defaults.
-    agent_ports = (f"--dashboard-agent-listen-port={_free_port()} --dashboard-agent-grpc-port={_free_port()} "
-                   f"--metrics-export-port={_free_port()} --runtime-env-agent-port={_free_port()} "
-                   f"--ray-client-server-port={_free_port()} --temp-dir={temp}")
+    agent_ports = (f"--dashboard-agent-listen-port={free_port()} --dashboard-agent-grpc-port={free_port()} "
+                   f"--metrics-export-port={free_port()} --runtime-env-agent-port={free_port()} "
+                   f"--ray-client-server-port={free_port()} --temp-dir={temp}")
     script = walkthrough("`ray job submit` on a `ray start` cluster")
     start = next(line for line in script.splitlines() if line.startswith("ray start --head"))
     script = replace(script, start, f"{start} {agent_ports}")

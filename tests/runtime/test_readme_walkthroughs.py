@@ -5,23 +5,17 @@ gets the scripted endpoint speaking vLLM's fields in place of `vllm serve`."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.readme import ROOT, replace, walkthrough
 
 BIN = Path(sys.executable).parent
 T = 300
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(script, ray_cluster):
@@ -32,7 +26,7 @@ def _run(script, ray_cluster):
 
 @pytest.mark.timeout(T)
 def test_the_offline_model_walkthrough_runs_as_written(ray_cluster, tmp_path):
-    port, out = _free_port(), tmp_path / "model-out"
+    port, out = free_port(), tmp_path / "model-out"
     script = replace(walkthrough("a model in the loop, offline"), "8011", str(port))
     script = replace(script, "model-out", str(out))
     done = _run(script, ray_cluster)
@@ -54,7 +48,7 @@ def test_the_offline_model_walkthrough_runs_as_written(ray_cluster, tmp_path):
 
 @pytest.mark.timeout(T)
 def test_the_vllm_walkthrough_runs_against_an_endpoint_speaking_vllm(ray_cluster, tmp_path):
-    port, out = _free_port(), tmp_path / "vllm-out"
+    port, out = free_port(), tmp_path / "vllm-out"
     script = walkthrough("a vLLM server")
     serve = next(line for line in script.splitlines() if line.startswith("vllm serve"))
     script = replace(script, serve, "python -m dsh_actors.agent.scripted --script "

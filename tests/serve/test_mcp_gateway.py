@@ -4,7 +4,6 @@ answered from the approval queue, a replica killed. Judged from outside: files t
 bodies write, the client's own view of the results."""
 
 import asyncio
-import socket
 import time
 import uuid
 
@@ -16,16 +15,11 @@ import ray  # noqa: E402
 
 from dsh_actors import ToolRegistry, ask, define_tool  # noqa: E402
 from dsh_actors.log import read_records  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 T = 60
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tools(folder):
@@ -61,7 +55,7 @@ def gateway(ray_cluster, tmp_path_factory):
     registry.scope("reader").restrict(deny=["write"]).result(T)
     registry.on("tools/pre-execute", _asks_for_askers).result(T)
     queue = registry.approvals().result(T)
-    url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=_free_port(), num_replicas=2)
+    url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=free_port(), num_replicas=2)
     try:
         yield folder, queue, url
     finally:

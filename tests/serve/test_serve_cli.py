@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
-from .test_mcp_gateway import _free_port  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,7 +33,7 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
     (tmp_path / "mytools.py").write_text(PLUGIN)
     for agent in ("alice", "bob"):
         (tmp_path / "ws" / agent).mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
                                "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never"],
                               cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
