@@ -265,9 +265,9 @@ class EnvCgroups:
             if "track" in parent["roles"]:
                 self._track = os.open("box", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
             for role, filename in (("memory", "memory.oom_control" if parent["version"] == 1 else "memory.events"),
-                                   ("pids", "pids.events"),
+                                   ("pids", "pids.events"), ("tasks", "pids.current"),
                                    ("cpu", "cpuacct.usage" if parent["version"] == 1 else "cpu.stat")):
-                if role in parent["roles"]:
+                if (role if role != "tasks" else "pids") in parent["roles"]:
                     self._counters[role] = os.open(f"box/{filename}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=folder)
 
     def writable_dirs(self):
@@ -314,6 +314,13 @@ class EnvCgroups:
         """Whether a process other than ``spawner`` is in slot ``number`` (one its command
         left running)."""
         return any(pid != spawner for pid in self._slot_pids(number))
+
+    def crowded(self, numbers, spawner):
+        """Of the slots ``numbers``, the one holding the most processes (``spawner`` aside),
+        or ``None`` when all are empty (or there is no tracking hierarchy)."""
+        counts = {number: sum(pid != spawner for pid in self._slot_pids(number)) for number in numbers}
+        most = max(counts, key=counts.__getitem__, default=None)
+        return most if most is not None and counts[most] > 0 else None
 
     def kill_slot(self, number, spawner):
         """Kill every process in slot ``number`` but ``spawner`` (parked there, it may be):
@@ -362,6 +369,11 @@ class EnvCgroups:
     def pids_refused(self):
         """How many forks the pids bound refused so far."""
         return _field(self._read("pids"), "max")
+
+    def tasks(self):
+        """How many processes the bounded cgroup holds now, or ``None`` without a pids hierarchy."""
+        text = self._read("tasks").strip()
+        return int(text) if text.isdigit() else None
 
     def cpu_s(self):
         """CPU seconds the commands used so far, or ``None`` without a cpu hierarchy."""

@@ -246,7 +246,7 @@ class Commands:
         command.status = status
         self._close_pipe(command)
         if command.bound is None:
-            command.bound = self.meter.event_bound(command.before) or self.meter.check_life(full=False)
+            command.bound = self._bound_during(command) or self.meter.check_life(full=False)
             if command.bound is not None and self.cgroups is not None:
                 self.cgroups.kill_slot(command.slot, self.spawner_pid)  # what it left running goes with it
         command.connection.send(_wire.ok(command.request, command.result()))
@@ -311,19 +311,59 @@ class Commands:
         if self.commands and self._spawner_stopped():
             self._replace_spawner()
         spent = self.meter.check_life(full=True)
-        if spent is not None or self.meter.new_refusals():
-            for slot in self.lingering:  # a fork bomb may have outlived the command that set it off
-                self.cgroups.kill_slot(slot, self.spawner_pid)
         if spent is not None:
+            for slot in self.lingering:
+                self.cgroups.kill_slot(slot, self.spawner_pid)
             for command in list(self.commands.values()):
                 self.kill(command, spent)
             return
+        if self.meter.new_refusals():
+            self._stop_charged()
+        oom = self.meter.events()[0]
         for command in list(self.commands.values()):
-            bound = self.meter.event_bound(command.before)
+            bound = "memory" if oom > command.before[0] else None
             if bound is None and self.meter.too_many_processes():
                 bound = "processes"
             if bound is not None and command.bound is None:
                 self.kill(command, bound)
+
+    def _refusals_charged_to(self):
+        """The slots forks refused now are charged to: none once the bound no longer holds
+        (a bomb being killed refuses its last forks as it dies, and its zombies, which only
+        the init's reaping releases, keep the count up meanwhile: counting processes per
+        slot cannot find it); else the leftovers of ended commands, if any (a fork bomb in
+        the background: the usual shape); else the running command holding the most
+        processes (every running one, where nothing tells them apart)."""
+        if self.meter.at_processes_bound() is False:
+            return set()
+        if self.lingering:
+            return set(self.lingering)
+        running = {c.slot for c in self.commands.values()}
+        crowded = self.cgroups.crowded(running, self.spawner_pid) if self.cgroups is not None else None
+        return {crowded} if crowded is not None else running
+
+    def _bound_during(self, command):
+        """The bound an event while ``command`` ran says: an OOM kill, or forks refused that
+        are charged to its slot."""
+        oom, refused = self.meter.events()
+        if oom > command.before[0]:
+            return "memory"
+        if refused > command.before[1] and command.slot in self._refusals_charged_to():
+            return "processes"
+        return None
+
+    def _stop_charged(self):
+        """The processes bound refused forks: stop the slots they are charged to (leftovers
+        are killed; a running command ends with the bound) and charge the refusals so far to
+        them alone."""
+        refused = self.meter.events()[1]
+        charged = self._refusals_charged_to()
+        for slot in charged & set(self.lingering):
+            self.cgroups.kill_slot(slot, self.spawner_pid)
+        for command in list(self.commands.values()):
+            if command.slot in charged:
+                self.kill(command, "processes")
+            command.before = (command.before[0], max(command.before[1], refused))
 
     def _take_slot(self):
         """The slot for a new command: the spawner's own when it is free (no cgroup move);

@@ -6,7 +6,9 @@ A top-level module of the init (only the standard library). Each bound, and who 
 memory     the kernel: the ``box`` cgroup's limit (the OOM killer stops a process); the
            init reads the cgroup's OOM-kill count to say which bound stopped a command
 processes  the kernel: the ``box`` cgroup's ``pids.max`` (and ``RLIMIT_NPROC`` per uid); the
-           init reads how many forks it refused
+           init reads how many forks it refused, and charges them to the leftovers of
+           ended commands if any, else to the running command holding the most processes
+           (never to a command beside a fork bomb, nor after the bound stopped holding)
 cpu        measured: CPU seconds from the cgroup (``cpu.stat``; without cgroups, the reaped
            processes' times from ``getrusage`` and the live ones' from ``/proc``), over the
            environment's life, checked when each command ends, and every :data:`WATCH_S`
@@ -97,15 +99,6 @@ class Meter:
             return 0, 0
         return self.cgroups.oom_kills(), self.cgroups.pids_refused()
 
-    def event_bound(self, before):
-        """The bound an event since ``before`` (from :meth:`events`) says, or ``None``."""
-        oom, refused = self.events()
-        if oom > before[0]:
-            return "memory"
-        if refused > before[1]:
-            return "processes"
-        return None
-
     def new_refusals(self):
         """Whether the pids bound refused a fork since the last call (then every process
         left running by earlier commands is suspect: a fork bomb's parent may be gone)."""
@@ -139,6 +132,13 @@ class Meter:
     def allowance(self):
         """Bytes a write may still add."""
         return max(0, self.disk_limit - self.written(full=True))
+
+    def at_processes_bound(self):
+        """Whether the processes bound is (nearly) reached now: a refused fork is charged to
+        someone only while it is, since one refused by a bomb already being killed is not
+        the doing of the commands left (``None``: nothing to read it from)."""
+        tasks = self.cgroups.tasks() if self.cgroups is not None else None
+        return None if tasks is None else tasks >= self.processes * 0.9
 
     def too_many_processes(self):
         """Without a pids cgroup (no event to read): whether the count is at the bound."""
