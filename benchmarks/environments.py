@@ -9,7 +9,8 @@ Run: ``python benchmarks/environments.py`` (as root, or any user the backend acc
 - **command**: ``bash -c true`` through ``connect(address).run(...)`` from another process
   than the backend's, next to a bare ``asyncio.create_subprocess_exec("bash", "-c", ...)``
   (output piped and read) from that same process, rounds interleaved, with 1 and 32 in
-  flight. Goal: ≤ 1.3× bare at p50 and p99.
+  flight. Goal: ≤ 1.3× bare at p50 and p99. At 32 in flight also 32 lanes each in an
+  environment of its own, beside 32 lanes each spawning bare from a process of its own.
 - **bwrap** and **runc**, for reference, only where they are installed (neither is a
   dependency; ``apt-get install bubblewrap runc``): bwrap has no way into a sandbox that
   runs, so its row is a new sandbox per command (which is also what one costs to start);
@@ -68,16 +69,50 @@ async def measure(call, in_flight: int, total: int) -> list[float]:
     return samples
 
 
+PER_LANE = ("bare, a process per lane", "an environment per lane")
+
 BWRAP_ARGS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
               "--die-with-parent", "bash", "-c", "true"]
+
+
+async def bare_worker() -> None:
+    """A lane's own process for *bare, a process per lane*: runs ``bare("true")`` for each
+    line on its stdin and answers a line when it has ended."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.readline():
+        await bare("true")
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+class BareLane:
+    """One lane's bare worker process (:func:`bare_worker`), asked over its pipes."""
+
+    async def start(self) -> "BareLane":
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--bare-worker", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        return self
+
+    async def run(self) -> None:
+        self.process.stdin.write(b"\n")  # type: ignore[union-attr]
+        await self.process.stdout.readline()  # type: ignore[union-attr]
+
+    async def close(self) -> None:
+        self.process.stdin.close()  # type: ignore[union-attr]
+        await self.process.wait()
 
 
 async def client(address: str, spread: list[str], rounds: int, bwrap: str | None,
                  runc: tuple[str, str] | None) -> dict[str, dict[str, list[float]]]:
     env, envs = connect(address), [connect(a) for a in spread]
+    lanes = [await BareLane().start() for _ in spread]
     # Each way is a call of lane ``i``: one environment for every lane, or (a fleet's case)
-    # an environment of its own per lane, as 32 episodes on a node each running a command.
+    # an environment of its own per lane, as 32 episodes on a node each running a command;
+    # its like-for-like baseline is bare commands spawned by a process of each lane's own.
     ways = {"bare": lambda i: bare("true"), "environment": lambda i: env.run("true", timeout_s=30),
+            "bare, a process per lane": lambda i: lanes[i].run(),
             "an environment per lane": lambda i: envs[i].run("true", timeout_s=30)}
     if bwrap:
         ways["bwrap"] = lambda i: _exec(bwrap, BWRAP_ARGS)
@@ -86,16 +121,16 @@ async def client(address: str, spread: list[str], rounds: int, bwrap: str | None
     out: dict[str, dict[str, list[float]]] = {}
     for in_flight, total in ((1, rounds), (32, rounds * 4)):
         for name, call in ways.items():
-            if name == "an environment per lane" and in_flight == 1:
-                continue  # (one lane: the row above)
+            if name in PER_LANE and in_flight == 1:
+                continue  # (one lane: the rows above)
             await measure(call, in_flight, min(total, 64))  # warm-up
         for _ in range(4):  # interleaved, so a noisy neighbour hurts each alike
             for name, call in ways.items():
-                if name == "an environment per lane" and in_flight == 1:
+                if name in PER_LANE and in_flight == 1:
                     continue
                 out.setdefault(f"{name}@{in_flight}", {}).setdefault("ms", []).extend(
                     await measure(call, in_flight, total // 4))
-    for each in (env, *envs):
+    for each in (env, *envs, *lanes):
         await each.close()
     return out
 
@@ -234,11 +269,12 @@ async def main(quick: bool) -> None:
                            str(len(commands["bwrap@1"]["ms"])), f"{p50:.1f}", f"{p99:.1f}", "—"])
     command_rows = []
     for in_flight in (1, 32):
-        bare_p50, bare_p99 = quantiles(commands[f"bare@{in_flight}"]["ms"])
-        for name in ("bare", "environment", "an environment per lane", "bwrap", "runc exec"):
+        for name in ("bare", "environment", *PER_LANE, "bwrap", "runc exec"):
             key = f"{name}@{in_flight}"
             if key not in commands:
                 continue
+            baseline = "bare, a process per lane" if name in PER_LANE else "bare"
+            bare_p50, bare_p99 = quantiles(commands[f"{baseline}@{in_flight}"]["ms"])
             p50, p99 = quantiles(commands[key]["ms"])
             command_rows.append([name, str(in_flight), f"{p50:.2f}", f"{p99:.2f}", f"{p50 / bare_p50:.2f}×",
                                  f"{p99 / bare_p99:.2f}×"])
@@ -251,7 +287,11 @@ async def main(quick: bool) -> None:
         table(["way", "in flight", "p50 ms", "p99 ms", "p50 vs bare", "p99 vs bare"], command_rows),
         "At 32 in flight, *environment* runs all 32 lanes' commands in one environment (its spawner gives each "
         "its birth in turn, moving between command slots when they overlap), *an environment per lane* runs each "
-        "lane in an environment of its own, as a node's 32 episodes each running a command.",
+        "lane in an environment of its own, as a node's 32 episodes each running a command; its ratios are to "
+        "*bare, a process per lane* (each lane's commands spawned bare by a process of its own, asked over a pipe "
+        "as an environment is over its socket): 32 spawners, not one, so 32 `bash` start at once and share the "
+        "two cores, and the slowest of them finish late together; that tail is the kernel's, with or without "
+        "walls.",
         "The first command right after a start pays the environment's first cgroup moves (its spawner joining "
         "its cgroups: after an idle spell the first move waits for an RCU grace period, ~8 ms here); after that, "
         "commands one after another reuse the spawner's slot and move nothing.",
@@ -276,8 +316,11 @@ if __name__ == "__main__":
     parser.add_argument("--bwrap")
     parser.add_argument("--runc", nargs=2, metavar=("PATH", "CONTAINER"))
     parser.add_argument("--spread", default="")
+    parser.add_argument("--bare-worker", action="store_true")
     options = parser.parse_args()
-    if options.client:
+    if options.bare_worker:
+        asyncio.run(bare_worker())
+    elif options.client:
         print(json.dumps(asyncio.run(client(options.client, [a for a in options.spread.split(",") if a],
                                             options.rounds, options.bwrap,
                                             tuple(options.runc) if options.runc else None))))
