@@ -191,12 +191,19 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"dsh-actors serve: {exc.name} is missing: pip install 'dsh-actors[serve]'", file=sys.stderr)
         return 2
+    from .serve.access import load_tokens
+    from .serve.gateway import LOOPBACK_HOSTS
+
     places = AgentWorkspaces(args.workspaces) if args.workspaces else None
     try:
         definitions = [d for spec in args.tools for d in load_tools(spec, places)]
-    except PluginError as exc:
+        tokens = load_tokens(args.tokens) if args.tokens else None
+    except (PluginError, ValueError) as exc:
         print(f"dsh-actors serve: {_one_line(exc)}", file=sys.stderr)
         return 2
+    hosts = list(LOOPBACK_HOSTS) + [h if ":" in h else f"{h}:*" for h in args.allowed_host]
+    if args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        hosts.append(f"{args.host}:*")
     ensure_ray()
     name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
     registry = ToolRegistry.connect(name, scope_hosting="shared")
@@ -208,8 +215,8 @@ def _serve(args: argparse.Namespace) -> int:
         for definition in definitions:
             registry.register(definition).result(120)
         registry.approvals(policy=args.approvals).result(120)
-        url = serve_mcp(GatewayConfig(name, logs=args.logs), host=args.host, port=args.port,
-                        num_replicas=args.replicas)
+        config = GatewayConfig(name, logs=args.logs, tokens=tokens, allowed_hosts=hosts)
+        url = serve_mcp(config, host=args.host, port=args.port, num_replicas=args.replicas)
         print(f"dsh-actors serve: registry {name!r}, {len(definitions)} tool(s); an agent's endpoint: {url}",
               flush=True)
         stopped.wait()
@@ -298,6 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="where Serve's HTTP proxy listens (default: loopback)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--replicas", type=int, default=1, help="gateway replicas (each answers any request)")
+    serve.add_argument("--tokens", metavar="FILE",
+                       help='a JSON file {"<token>": ["<agent>", ...] or "*"}: each request needs a bearer token '
+                            "bound to its agent (default: none needed; the gateway listens on loopback)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+                       help="a name clients reach the gateway by, accepted in the Host header beside the loopback "
+                            "names and --host (DNS-rebinding protection; repeatable)")
     approvals = commands.add_parser(
         "approvals", help="list and answer pending approval requests",
         description="List and answer the pending asks of a registry's approval queue, from any shell.",

@@ -6,20 +6,30 @@ alone, so any replica answers any request and no sticky routing is needed), with
 responses. ``tools/list`` is the agent's visible set as the registry resolves it (its
 shadows, restrictions and mode); ``tools/call`` runs the registry's whole pipeline as that
 agent — its policies, guards, approvals, deadlines and session log — wherever the registry's
-executors run the tool. An ask is put to the registry's approval queue (answered from any
-process, as for every other caller: ``dsh-actors approvals``), or denied where the registry
-has none.
+executors run the tool.
+
+An ask goes to the client when it can answer one through the protocol (:mod:`.asks`): the
+call keeps running in the replica that took it, held in the registry's approval queue
+(:mod:`~dsh_actors.runtime.registry.held`), and the client's retry — on any replica —
+answers the ask there and collects the result. Otherwise it waits in the approval queue
+(answered from any process: ``dsh-actors approvals``), or is denied where the registry has
+none. With a tokens file (:mod:`.access`) each request needs a bearer token bound to its
+agent; the ``Host`` header is checked (DNS-rebinding protection) against the names the
+gateway is reached by.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
 import mcp_types as types
 
+from . import asks
+from .access import Grants, TokenGate, bearer_of, digest
 from .mcp_mapping import mcp_result, mcp_tool
 
 __all__ = ["AGENT_PATH", "GatewayConfig", "gateway_app"]
@@ -30,64 +40,204 @@ AGENT_PATH = "/agents/{agent}/mcp"
 _AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 
 
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+"""The ``Host`` headers a gateway accepts unless told others: its loopback names."""
+
+
 class GatewayConfig:
-    """Which registry a gateway serves, and how its endpoint is reached."""
+    """Which registry a gateway serves, who may call it, and how it is reached."""
 
     def __init__(self, registry: str, *, namespace: str | None = None, logs: str | None = None,
-                 allowed_hosts: list[str] | None = None) -> None:
+                 allowed_hosts: list[str] | None = None, tokens: Grants | None = None,
+                 ask_ttl_s: float = 600.0, state_key: bytes | None = None) -> None:
         """``registry``: the name of a running registry (the gateway joins it as it is; it
         never makes one). ``logs``: a folder where each agent's session log is
         (``<logs>/<agent>.log`` on the node of the replica that took the call: a folder
         every node mounts keeps one log per agent), recording every call as the batch job
         does (one ``tool/result`` per call); ``None``: no log. ``allowed_hosts``: the
-        ``Host`` headers accepted (DNS-rebinding protection, e.g. ``["127.0.0.1:*"]``); by
-        default any, since a cluster's gateway is reached by many names."""
+        ``Host`` headers accepted (DNS-rebinding protection; ``host:*`` for any port);
+        by default the loopback names only, so a gateway reached by other names must list
+        them. ``tokens``: grants from :func:`~.access.load_tokens` (``None``: no token
+        needed). ``ask_ttl_s``: how long a client has to answer an ask put to it. ``state_key``:
+        the secret sealing those asks' request state (at least 32 bytes; by default made
+        now, and shared by every replica of the application made from this config)."""
         from ..runtime.wire import DEFAULT_NAMESPACE
 
+        if state_key is not None and len(state_key) < 32:
+            raise ValueError("state_key must be at least 32 bytes of secret randomness")
         self.registry, self.namespace = registry, namespace or DEFAULT_NAMESPACE
-        self.logs, self.allowed_hosts = logs, allowed_hosts
+        self.logs = logs
+        self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else list(LOOPBACK_HOSTS)
+        self.tokens = dict(tokens) if tokens is not None else None
+        self.ask_ttl_s = float(ask_ttl_s)
+        self.state_key = state_key or os.urandom(32)
 
 
 def gateway_app(config: GatewayConfig) -> Any:
     """The ASGI application serving ``config``'s registry (a Starlette app with a lifespan)."""
     from mcp.server.lowlevel import Server
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from ..runtime.client import ToolRegistry
-
-    registry = ToolRegistry(config.registry, config.namespace)  # joins the running one by name, when first asked
-    logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
-
-    async def session_of(agent: str, folder: str) -> Any:
-        from ..runtime.session.client import SessionLog
-
-        if agent not in logs:
-            os.makedirs(folder, exist_ok=True)
-            logs[agent] = await SessionLog.open_async(registry.session_id(agent), os.path.join(folder, f"{agent}.log"))
-        return logs[agent]
+    calls = _Calls(config)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         agent = _agent(ctx)
-        visible = await registry.visible(agent)
+        visible = await calls.registry.visible(agent)
         return types.ListToolsResult(tools=[mcp_tool(d) for d in visible])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         agent = _agent(ctx)
+        if params.request_state is not None:
+            return await calls.resume(agent, params.request_state, params.input_responses)
         call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
-        if config.logs is None:
-            return mcp_result(await registry.execute(call, agent=agent))
-        from ..runtime.step import agent_step
-
-        session = await session_of(agent, config.logs)
-        [result] = await agent_step(registry.scope(agent), session, [call])  # logged, as a step is
-        return mcp_result(result)
+        if not asks.client_answers(ctx.protocol_version, ctx.session.client_capabilities):
+            return mcp_result(await calls.run(agent, call))
+        return await calls.run_or_ask(agent, call)
 
     server: Server[Any] = Server("dsh-actors", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
                                  instructions="Tools of one dsh-actors agent: every call runs through its policies.")
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=config.allowed_hosts is not None,
-                                         allowed_hosts=config.allowed_hosts or [])
-    return server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
-                                      transport_security=security, host="0.0.0.0")
+    # The asks' request state, sealed under the config's key (every replica has it) and bound
+    # to the caller's token, so one client cannot answer another's ask.
+    security = RequestStateSecurity(keys=[config.state_key], ttl=config.ask_ttl_s, bind_principal=_principal)
+    server.middleware.append(RequestStateBoundary(security, default_audience=f"dsh-actors/{config.registry}"))
+    transport = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=config.allowed_hosts,
+                                          allowed_origins=[f"http://{h}" for h in config.allowed_hosts]
+                                          + [f"https://{h}" for h in config.allowed_hosts])
+    app = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
+                                     transport_security=transport, host="0.0.0.0")
+    if config.tokens is not None:
+        app.add_middleware(TokenGate, grants=config.tokens)
+    return app
+
+
+class _Calls:
+    """A replica's way to the registry: calls as an agent (logged or not), and calls whose
+    ask is put to the client (held in the approval queue until the client's retry)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        from ..runtime.client import ToolRegistry
+
+        self.config = config
+        self.registry = ToolRegistry(config.registry, config.namespace)  # joins the running one when first asked
+        self.logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
+        self.held: set[asyncio.Task[None]] = set()
+        self._queue: Any = None
+
+    async def run(self, agent: str, call: dict[str, Any]) -> Any:
+        if self.config.logs is None:
+            return await self.registry.execute(call, agent=agent)
+        from ..runtime.step import agent_step
+
+        [result] = await agent_step(self.registry.scope(agent), await self._session(agent), [call])  # logged, as a step is
+        return result
+
+    async def _session(self, agent: str) -> Any:
+        from ..runtime.session.client import SessionLog
+
+        if agent not in self.logs:
+            os.makedirs(self.config.logs or ".", exist_ok=True)
+            path = os.path.join(self.config.logs or ".", f"{agent}.log")
+            self.logs[agent] = await SessionLog.open_async(self.registry.session_id(agent), path)
+        return self.logs[agent]
+
+    async def queue(self) -> Any:
+        """The registry's approval queue actor, or ``None`` when it has none mounted."""
+        if self._queue is None:
+            from ..runtime.registry.approval import ApprovalQueue
+
+            try:
+                self._queue = await ApprovalQueue(self.config.registry, self.config.namespace).actor()
+            except ValueError:
+                return None
+        return self._queue
+
+    async def run_or_ask(self, agent: str, call: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
+        """Run the call; should its policy ask, answer with the question instead and hold
+        the call (it goes on waiting for its ask) until the client's retry collects it."""
+        from ..runtime.requester import requester
+
+        queue = await self.queue()
+        if queue is None:
+            return mcp_result(await self.run(agent, call))
+        call_id = call["call_id"]
+        execution = asyncio.ensure_future(self.run(agent, call))
+        watch = asyncio.ensure_future(_awaited(queue.ask_of.remote(call_id, requester())))
+        try:
+            await asyncio.wait({execution, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            execution.cancel()
+            watch.cancel()
+            queue.forget.remote(call_id)
+            raise
+        ask = watch.result() if watch.done() and watch.exception() is None else None
+        if execution.done() or ask is None:
+            watch.cancel()
+            queue.forget.remote(call_id)
+            if not watch.done() or watch.exception() is not None:
+                self._queue = None  # it may have died: found again next time
+            return mcp_result(await execution)
+        task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], execution))
+        self.held.add(task)
+        task.add_done_callback(self.held.discard)
+        return asks.question(agent, call_id, ask)
+
+    async def _hold(self, queue: Any, call_id: str, ask_id: str, execution: asyncio.Future[Any]) -> None:
+        from ..core.errors import error_result
+        from ..core.within import within
+
+        try:
+            try:
+                result = dict(await within(asyncio.shield(execution), self.config.ask_ttl_s))
+            except TimeoutError:  # the client never answered: its ask is cancelled, the call ends
+                queue.cancel.remote(ask_id)
+                result = dict(await execution)
+        except Exception as exc:  # noqa: BLE001 - the client gets it as the call's error
+            result = {**error_result(exc), "call_id": call_id}
+        await queue.deposit.remote(call_id, result)
+
+    async def resume(self, agent: str, state_text: str,
+                     responses: Mapping[str, Any] | None) -> types.CallToolResult:
+        """The client's retry with its answer to an ask: the ask is answered, the held
+        call's result collected (on whichever replica holds it)."""
+        from mcp.shared.exceptions import MCPError
+
+        from ..core.errors import error_result
+        from ..core.types import ToolExecutionResult
+        from ..runtime.errors import WorkerCrashedError
+
+        try:
+            state = asks.state_of(state_text, agent)
+        except ValueError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        queue = await self.queue()
+        if queue is None:
+            raise MCPError(types.INTERNAL_ERROR, "the registry's approval queue is gone, and the call waiting for "
+                                                 "this answer with it; call the tool again")
+        await queue.answer.remote(state["ask"], asks.answer_of(responses))  # False: settled already; the result says how
+        status, held = await queue.collect.remote(state["call_id"], self.config.ask_ttl_s)
+        if status == "unknown":
+            raise MCPError(types.INVALID_PARAMS, "no call waits for this answer (it was answered already, or "
+                                                 "dropped); call the tool again")
+        if status == "late":
+            raise MCPError(types.INTERNAL_ERROR, f"the call did not end within {self.config.ask_ttl_s:g} s of its "
+                                                 "answer; its result is lost to this request")
+        if status == "died":
+            held = {**error_result(WorkerCrashedError(
+                "the gateway replica holding the call died before it ended; call the tool again")),
+                "call_id": state["call_id"]}
+        return mcp_result(ToolExecutionResult(held))
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
+
+
+def _principal(ctx: Any) -> str | None:
+    """Whose asks' state this is: the caller's bearer token (its digest), if it sent one."""
+    request = getattr(ctx, "request", None)
+    token = bearer_of(request.headers) if request is not None else None
+    return digest(token) if token is not None else None
 
 
 def _agent(ctx: Any) -> str:

@@ -164,3 +164,81 @@ def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
             break
         time.sleep(0.5)
     assert len(names) == 2 and replicas[0]["name"] not in names  # Serve made a new one
+
+
+def _answering(allow):
+    """An elicitation callback answering every ask: allow (True), refuse (False) or decline (None)."""
+    import mcp_types as types
+
+    seen = []
+
+    async def answer(context, params):
+        seen.append(params.message)
+        if allow is None:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"allow": allow})
+
+    return answer, seen
+
+
+def test_an_ask_is_put_to_a_client_that_answers_through_the_protocol(gateway):
+    from mcp import Client
+
+    marks, queue, url = gateway
+
+    async def calls():
+        results = {}
+        for allow, name in ((True, "elicited-yes"), (False, "elicited-no"), (None, "elicited-decline")):
+            answer, seen = _answering(allow)
+            async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
+                results[name] = (await client.call_tool("write", {"name": name}), seen)
+        return results
+
+    results = asyncio.run(calls())
+    allowed, seen = results["elicited-yes"]
+    assert seen == ['Agent "asker" asks to run tool "write": the asker\'s writes need a human. Allow this call once?']
+    assert allowed.is_error is False and (marks / "elicited-yes").read_text() == "asker"
+    for name in ("elicited-no", "elicited-decline"):
+        refused, seen = results[name]
+        assert len(seen) == 1 and refused.is_error is True and not (marks / name).exists()
+    assert queue.pending().result(T) == []  # nothing left waiting in the queue
+    # The session log holds each decision, as for an ask answered from the queue.
+    decided = [e["outcome"] for e in read_records(marks / "logs" / "asker.log") if e["type"] == "approval/decided"]
+    assert decided[-3:] == ["allowed-once", "rejected", "rejected"]
+
+
+def test_the_answer_may_come_back_on_another_connection_and_a_forged_or_moved_state_is_refused(gateway):
+    import mcp_types as types
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    marks, _, url = gateway
+    yes = {"approval": types.ElicitResult(action="accept", content={"allow": True})}
+
+    answer, seen = _answering(True)  # declares form elicitation; the round trip is driven by hand here
+
+    async def work():
+        async with Client(url.format(agent="asker"), elicitation_callback=answer) as first:
+            asked = await first.session.call_tool("write", {"name": "later"}, allow_input_required=True)
+        assert isinstance(asked, types.InputRequiredResult), asked  # the call is held meanwhile
+        state, refusals = asked.request_state, []
+        async with Client(url.format(agent="asker")) as second:  # a new connection: any replica
+            for arguments, sealed in (({"name": "later"}, state[:-6] + "AAAAAA"),  # forged
+                                      ({"name": "elsewhere"}, state)):  # another call's arguments
+                with pytest.raises(MCPError) as refused:
+                    await second.session.call_tool("write", arguments, request_state=sealed, input_responses=yes)
+                refusals.append(refused.value.error.message)
+            async with Client(url.format(agent="writer")) as third:  # another agent's endpoint
+                with pytest.raises(MCPError) as moved:
+                    await third.session.call_tool("write", {"name": "later"}, request_state=state, input_responses=yes)
+            done = await second.session.call_tool("write", {"name": "later"}, request_state=state, input_responses=yes)
+            with pytest.raises(MCPError) as again:  # one answer per ask
+                await second.session.call_tool("write", {"name": "later"}, request_state=state, input_responses=yes)
+        return refusals, moved.value.error.message, done, again.value.error.message
+
+    refusals, moved, done, again = asyncio.run(work())
+    assert seen == []
+    assert refusals == ["Invalid or expired requestState"] * 2
+    assert 'belongs to agent "asker"' in moved
+    assert done.is_error is False and (marks / "later").read_text() == "asker"
+    assert "no call waits for this answer" in again

@@ -36,6 +36,7 @@ from ..requester import CHECK_S, requester, still_there
 from ..response import NamedActorClient, Response
 from ..session.client import SessionLog
 from ..wire import agent_session
+from .held import HeldCalls
 
 __all__ = ["ActorApproval", "ApprovalQueue", "APPROVALS_OPTIONS", "ApprovalQueueActor", "ApprovalQueueService",
            "ApprovalTimeoutError", "EXPIRED", "POLICIES", "check_policy", "check_timeout"]
@@ -107,6 +108,7 @@ class ApprovalQueueService:
         self._pending: dict[str, _Pending] = {}
         self._cancelled: set[str] = set()
         self._watcher: asyncio.Future[None] | None = None
+        self._held = HeldCalls(self._pending_ask)
 
     async def _log(self, agent: str, event: dict[str, Any], near: str | None = None) -> Any:
         """Append ``event`` to ``agent``'s session log if one is open (its writers are asked,
@@ -146,6 +148,7 @@ class ApprovalQueueService:
                 "reason": reason, "asked_at": time.time(),
             }, requester)
             metrics.gauge("dsh_approvals_pending", len(self._pending))
+            self._held.asked(self._pending[request_id].info)
             self._watch()
             deadline = self._agent_timeouts.get(agent, self._timeout_s)
             try:
@@ -205,6 +208,23 @@ class ApprovalQueueService:
         if request_id not in self._pending:
             self._cancelled.add(request_id)
         return False
+
+    def _pending_ask(self, call_id: str) -> dict[str, Any] | None:
+        return next((dict(p.info) for p in self._pending.values() if p.info["call_id"] == call_id), None)
+
+    # calls whose ask is put to their client (the MCP gateway): see held.py
+
+    async def ask_of(self, call_id: str, holder: tuple[Any, str] | None) -> dict[str, Any] | None:
+        return await self._held.ask_of(call_id, holder)
+
+    def forget(self, call_id: str) -> None:
+        self._held.forget(call_id)
+
+    def deposit(self, call_id: str, result: Any) -> None:
+        self._held.deposit(call_id, result)
+
+    async def collect(self, call_id: str, timeout_s: float) -> tuple[str, Any]:
+        return await self._held.collect(call_id, timeout_s)
 
     def pending(self) -> list[dict[str, Any]]:
         return sorted((dict(p.info) for p in self._pending.values()), key=lambda info: info["asked_at"])
@@ -321,6 +341,11 @@ class ApprovalQueue(NamedActorClient):
 
     def _handle(self) -> Any:
         return self._actor if self._actor is not None else Response(self._find).result()
+
+    async def actor(self) -> Any:
+        """The queue's actor handle (found through its registry); ``ValueError`` when the
+        registry has none mounted."""
+        return await self._find()
 
     def _call(self, method: str, *args: Any) -> Response[Any]:
         async def call() -> Any:

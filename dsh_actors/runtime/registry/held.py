@@ -1,0 +1,114 @@
+"""Calls whose ask is put to their client, held in the approval queue until it answers.
+
+An MCP client answers an ask through the protocol's input-required round trip: the first
+``tools/call`` returns the question, and the client retries the call with its answer — on
+any gateway replica. The call itself keeps running (waiting on its ask) in the replica that
+took the first request. This is where the two meet, in the registry's approval queue, which
+every replica can reach:
+
+1. the first replica asks :meth:`HeldCalls.ask_of` while its call runs: the answer is the
+   call's ask once one is pending (``None`` if the call ended first and the replica said
+   :meth:`forget`); the replica is recorded as the call's holder;
+2. it answers its client with the question, and hands the call's result, when it comes,
+   to :meth:`deposit`;
+3. the retry (any replica) answers the ask as the queue's asks are answered, then
+   :meth:`collect`-s the result: it waits for the deposit, and learns it if the holder
+   died meanwhile (its call died with it) or the wait ran past its limit.
+
+A deposited result nobody collects is dropped after :data:`KEEP_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from ...core.within import within
+from ..requester import CHECK_S, still_there
+
+__all__ = ["HeldCalls", "KEEP_S"]
+
+KEEP_S = 900.0
+"""How long a held call's result waits to be collected."""
+
+
+class HeldCalls:
+    """The queue's held calls (see the module docs); ``pending_ask(call_id)`` finds the
+    pending ask of a call among the queue's own."""
+
+    def __init__(self, pending_ask: Callable[[str], dict[str, Any] | None]) -> None:
+        self._pending_ask = pending_ask
+        self._watchers: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
+        self._holders: dict[str, tuple[float, tuple[Any, str] | None]] = {}  # call -> (since, holder)
+        self._results: dict[str, tuple[float, Any]] = {}
+        self._arrived: dict[str, asyncio.Event] = {}
+
+    async def ask_of(self, call_id: str, holder: tuple[Any, str] | None) -> dict[str, Any] | None:
+        """The pending ask of ``call_id`` once there is one; ``None`` once :meth:`forget`."""
+        self._drop_stale()
+        self._holders[call_id] = (time.monotonic(), holder)
+        found = self._pending_ask(call_id)
+        if found is not None:
+            return found
+        future = self._watchers[call_id] = asyncio.get_running_loop().create_future()
+        try:
+            return await future
+        finally:
+            self._watchers.pop(call_id, None)
+
+    def asked(self, info: dict[str, Any]) -> None:
+        """(The queue.) An ask is pending: a holder waiting for its call learns it."""
+        future = self._watchers.get(info.get("call_id") or "")
+        if future is not None and not future.done():
+            future.set_result(dict(info))
+
+    def forget(self, call_id: str) -> None:
+        """The call ended without an ask put to its client: nothing is held."""
+        self._holders.pop(call_id, None)
+        future = self._watchers.get(call_id)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def _drop_stale(self) -> None:
+        """Results nobody collected in :data:`KEEP_S`, and holders whose call ended longer ago
+        than any client may still answer (its holder died before depositing)."""
+        now = time.monotonic()
+        for stale in [c for c, (at, _) in self._results.items() if now - at > KEEP_S]:
+            del self._results[stale]
+            self._holders.pop(stale, None)
+        for stale in [c for c, (at, _) in self._holders.items() if now - at > 2 * KEEP_S]:
+            self._holders.pop(stale, None)
+
+    def deposit(self, call_id: str, result: Any) -> None:
+        self._drop_stale()
+        self._results[call_id] = (time.monotonic(), result)
+        self._arrived.setdefault(call_id, asyncio.Event()).set()
+
+    async def collect(self, call_id: str, timeout_s: float) -> tuple[str, Any]:
+        """The held call's result, waiting for it: ``("done", result)`` (taken: a second
+        collect finds nothing), ``("died", None)`` when its holder died first (the call died
+        with it), ``("late", None)`` when ``timeout_s`` passed first, and at once
+        ``("unknown", None)`` when no call of that id is held (collected already, dropped, or
+        never held)."""
+        if call_id not in self._results and call_id not in self._holders:
+            return "unknown", None
+        arrived = self._arrived.setdefault(call_id, asyncio.Event())
+        deadline = time.monotonic() + timeout_s
+        try:
+            while call_id not in self._results:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "late", None
+                try:
+                    await within(arrived.wait(), min(CHECK_S, left))
+                except TimeoutError:
+                    holder = self._holders.get(call_id, (0.0, None))[1]
+                    if call_id not in self._results and holder is not None and not await still_there(*holder):
+                        self._holders.pop(call_id, None)
+                        return "died", None
+            self._holders.pop(call_id, None)
+            return "done", self._results.pop(call_id)[1]
+        finally:
+            if call_id not in self._results:
+                self._arrived.pop(call_id, None)
