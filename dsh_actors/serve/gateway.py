@@ -214,7 +214,9 @@ class _Calls:
         if queue is None:
             raise MCPError(types.INTERNAL_ERROR, "the registry's approval queue is gone, and the call waiting for "
                                                  "this answer with it; call the tool again")
-        await queue.answer.remote(state["ask"], asks.answer_of(responses))  # False: settled already; the result says how
+        # False when settled already (the result says how), or when the replica holding the call
+        # died: its ask is then cancelled, so the call never runs with nobody to see it
+        await queue.answer_held.remote(state["call_id"], state["ask"], asks.answer_of(responses))
         status, held = await queue.collect.remote(state["call_id"], self.config.ask_ttl_s)
         if status == "unknown":
             raise MCPError(types.INVALID_PARAMS, "no call waits for this answer (it was answered already, or "

@@ -242,3 +242,35 @@ def test_the_answer_may_come_back_on_another_connection_and_a_forged_or_moved_st
     assert 'belongs to agent "asker"' in moved
     assert done.is_error is False and (marks / "later").read_text() == "asker"
     assert "no call waits for this answer" in again
+
+
+def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
+    """The replica holding an asked call for its client is killed: the ask is cancelled
+    (nobody may allow a call whose result nobody will see), and the client's answer gets
+    one coded error, on whichever replica Serve brings up instead."""
+    import mcp_types as types
+    from mcp import Client
+
+    marks, queue, url = gateway
+    answer, _ = _answering(True)
+
+    async def ask_then_answer():
+        async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
+            asked = await client.session.call_tool("write", {"name": "orphan"}, allow_input_required=True)
+        assert isinstance(asked, types.InputRequiredResult), asked
+        assert [p["tool_name"] for p in await queue.pending()] == ["write"]
+        for replica in ray.util.list_named_actors(all_namespaces=True):
+            if "dsh-mcp" in replica["name"] and "McpGateway" in replica["name"]:
+                ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
+        deadline = time.monotonic() + T
+        while await queue.pending() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert await queue.pending() == []  # cancelled: its holder is gone
+        async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
+            return await client.session.call_tool("write", {"name": "orphan"}, request_state=asked.request_state,
+                                                  input_responses={"approval": types.ElicitResult(
+                                                      action="accept", content={"allow": True})})
+
+    late = asyncio.run(ask_then_answer())
+    assert late.is_error is True and late.meta["dsh"]["error"]["code"] == "WORKER_CRASHED"
+    assert not (marks / "orphan").exists()  # allowed by nobody, run by nobody

@@ -178,11 +178,13 @@ class ApprovalQueueService:
             by_process: dict[tuple[str, str], list[str]] = {}
             handles: dict[tuple[str, str], Any] = {}
             for request_id, entry in list(self._pending.items()):
-                if entry.requester is not None:
-                    handle, incarnation = entry.requester
-                    key = (handle._actor_id.hex(), incarnation)
-                    by_process.setdefault(key, []).append(request_id)
-                    handles[key] = handle
+                # the process running the call, and the gateway replica holding it for its client
+                for process in (entry.requester, self._held.holder(entry.info["call_id"] or "")):
+                    if process is not None:
+                        handle, incarnation = process
+                        key = (handle._actor_id.hex(), incarnation)
+                        by_process.setdefault(key, []).append(request_id)
+                        handles[key] = handle
             for key, requests in by_process.items():
                 if not await still_there(handles[key], key[1]):
                     for request_id in requests:
@@ -216,6 +218,15 @@ class ApprovalQueueService:
 
     async def ask_of(self, call_id: str, holder: tuple[Any, str] | None) -> dict[str, Any] | None:
         return await self._held.ask_of(call_id, holder)
+
+    async def answer_held(self, call_id: str, request_id: str, outcome: str) -> bool:
+        """Answer the ask of a held call, unless its holder died (the call then has nobody
+        to tell its result: the ask is cancelled instead, so it never runs unseen)."""
+        holder = self._held.holder(call_id)
+        if holder is not None and not await still_there(*holder):
+            self._settle(request_id, "cancelled")
+            return False
+        return self.answer(request_id, outcome)
 
     def forget(self, call_id: str) -> None:
         self._held.forget(call_id)

@@ -57,6 +57,10 @@ class HeldCalls:
         finally:
             self._watchers.pop(call_id, None)
 
+    def holder(self, call_id: str) -> tuple[Any, str] | None:
+        """The process holding ``call_id`` for its client, if one does."""
+        return self._holders.get(call_id, (0.0, None))[1]
+
     def asked(self, info: dict[str, Any]) -> None:
         """(The queue.) An ask is pending: a holder waiting for its call learns it."""
         future = self._watchers.get(info.get("call_id") or "")
@@ -103,7 +107,7 @@ class HeldCalls:
                 try:
                     await within(arrived.wait(), min(CHECK_S, left))
                 except TimeoutError:
-                    holder = self._holders.get(call_id, (0.0, None))[1]
+                    holder = self.holder(call_id)
                     if call_id not in self._results and holder is not None and not await still_there(*holder):
                         self._holders.pop(call_id, None)
                         return "died", None
