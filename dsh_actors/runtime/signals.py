@@ -212,6 +212,12 @@ class RemoteSignal(AbortSignal):
         self._link()
         return await super().wait()
 
+    def cancelled(self, reason: Any) -> None:
+        """The call was cancelled where it runs: abort here too, so a body still running (a
+        plain one, in a thread the cancellation cannot stop) sees it, whether or not the
+        caller's abort ever arrives."""
+        self._abort(reason)
+
     def stop(self) -> None:
         """The call is over: end the wait on the hub (if one was opened)."""
         self._stopped = True

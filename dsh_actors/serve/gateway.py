@@ -125,11 +125,24 @@ class _Calls:
         self._queue: Any = None
 
     async def run(self, agent: str, call: dict[str, Any]) -> Any:
+        """The call as ``agent``, with a signal of its own: should the client go away (its
+        request dropped, which is how MCP clients cancel a call), the call is cancelled and
+        its signal aborted — a body sees it wherever it runs, even a plain one in a thread."""
+        from ..core.signal import AbortController
+
+        controller = AbortController()
+        try:
+            return await self._execute(agent, {**call, "signal": controller.signal})
+        except asyncio.CancelledError:
+            controller.abort("the MCP client cancelled the call (its request was dropped)")
+            raise
+
+    async def _execute(self, agent: str, call: dict[str, Any]) -> Any:
         if self.config.logs is None:
             return await self.registry.execute(call, agent=agent)
         from ..runtime.step import agent_step
 
-        [result] = await agent_step(self.registry.scope(agent), await self._session(agent), [call])  # logged, as a step is
+        [result] = await agent_step(self.registry.scope(agent), await self._session(agent), [call])  # logged
         return result
 
     async def _session(self, agent: str) -> Any:

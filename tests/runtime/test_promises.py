@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from dsh_actors import ask, define_tool, text_block
+from dsh_actors import AbortController, ask, define_tool, text_block
 from dsh_actors.runtime import ToolRegistry
 
 from .fixtures import Recorder, call_ids_into, pid_of, process_alive
@@ -484,6 +484,41 @@ def test_cancelling_the_task_that_awaits_a_call_stops_the_call_where_it_runs(ray
         asyncio.run(scenario())
         assert Path(tmp_path, "c.start").exists() and Path(tmp_path, "warm.end").exists()
         assert not Path(tmp_path, "c.end").exists()
+    finally:
+        registry.shutdown()
+
+
+def test_a_plain_body_of_a_cancelled_call_sees_its_signal_abort(ray_cluster, tmp_path):
+    """A plain body runs in a thread the cancellation cannot stop: its signal tells it, even
+    when the cancel reaches the executor before (or instead of) the caller's abort."""
+    def slow(args, ctx):
+        Path(tmp_path, "start").touch()
+        for _ in range(200):
+            if ctx.signal.aborted:
+                Path(tmp_path, "aborted").write_text(str(ctx.signal.reason))
+                return [text_block("stopped")]
+            time.sleep(0.05)
+        Path(tmp_path, "end").touch()
+        return [text_block("finished")]
+
+    registry = connect("plain-cancel")
+    try:
+        registry.register(define_tool(name="slow", description="10 s", parameters={}, execute=slow)).result(T)
+
+        async def scenario():
+            live = AbortController().signal  # never aborted: only the cancel tells the body
+            task = asyncio.ensure_future(registry.execute(call_id="c", name="slow", arguments={}, signal=live))
+            deadline = time.monotonic() + 60
+            while not Path(tmp_path, "start").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            while not Path(tmp_path, "aborted").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+
+        asyncio.run(scenario())
+        assert 'tool call "slow" (c) was cancelled' in Path(tmp_path, "aborted").read_text()
+        assert not Path(tmp_path, "end").exists()
     finally:
         registry.shutdown()
 

@@ -31,7 +31,19 @@ def _tools(folder):
             out.write(ctx.agent or "")
         return {"content": [{"type": "text", "text": "written"}], "meta": {"structured_content": {"bytes": 1}}}
 
+    def slow(args, ctx):  # a plain body, in a thread: only its signal can tell it to stop
+        (folder / f"{args['name']}.started").write_text("")
+        for _ in range(400):
+            if ctx.signal is not None and ctx.signal.aborted:
+                (folder / f"{args['name']}.aborted").write_text(str(ctx.signal.reason))
+                return [{"type": "text", "text": "stopped"}]
+            time.sleep(0.05)
+        (folder / f"{args['name']}.finished").write_text("")
+        return [{"type": "text", "text": "finished"}]
+
     return [
+        define_tool(name="slow", description="Take 20 s unless aborted.", parameters={"name": {"type": "string"}},
+                    execute=slow),
         define_tool(name="add", description="Add two integers.", parameters={"a": {"type": "number"}, "b": {"type": "number"}}, execute=add,
                     extras={"read_only": True, "idempotent": True}),
         define_tool(name="write", description="Write a marker file.", parameters={"name": {"type": "string"}}, execute=write,
@@ -83,7 +95,7 @@ def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
         return {t.name: t for t in (await client.list_tools()).tools}
 
     writer, reader = _ask(url, "writer", listed), _ask(url, "reader", listed)
-    assert sorted(writer) == ["add", "write"] and sorted(reader) == ["add"]  # the reader's restriction holds
+    assert sorted(writer) == ["add", "slow", "write"] and sorted(reader) == ["add", "slow"]  # the reader's restriction holds
     add = writer["add"]
     assert add.description == "Add two integers."
     assert add.input_schema["type"] == "object" and set(add.input_schema["properties"]) == {"a", "b"}
@@ -274,3 +286,24 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
     late = asyncio.run(ask_then_answer())
     assert late.is_error is True and late.meta["dsh"]["error"]["code"] == "WORKER_CRASHED"
     assert not (marks / "orphan").exists()  # allowed by nobody, run by nobody
+
+
+def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    marks, _, url = gateway
+
+    async def give_up():
+        async with Client(url.format(agent="quitter")) as client:
+            with pytest.raises(MCPError, match="timed out"):
+                await client.call_tool("slow", {"name": "given-up"}, read_timeout_seconds=2)
+
+    asyncio.run(give_up())
+    deadline = time.monotonic() + T
+    while not (marks / "given-up.aborted").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (marks / "given-up.started").exists()
+    assert "cancelled" in (marks / "given-up.aborted").read_text()  # its signal said why
+    time.sleep(1)
+    assert not (marks / "given-up.finished").exists()

@@ -45,7 +45,7 @@ from ..errors import OBJECT_GONE, ExecutionCancelledError, PlacementError, Worke
 from .. import metrics
 from ..caller.owner import owner
 from .placement import demand, execution_options, feasible, force_stop
-from ..signals import send_signal, signal_of
+from ..signals import RemoteSignal, send_signal, signal_of
 from .surface import CallSurface
 from .thread_shares import ThreadShares
 from ..traces import FlushesSpans
@@ -335,6 +335,10 @@ class ExecutorCore(CallSurface, FlushesSpans):
             signal, stop = signal_of(call, hub)
             try:
                 return await self._run(call, plan_box, signal)
+            except asyncio.CancelledError:
+                if isinstance(signal, RemoteSignal):  # its body may outlive the cancellation: tell it
+                    signal.cancelled(f'tool call "{call.name}" ({call.call_id}) was cancelled')
+                raise
             finally:
                 if stop is not None:
                     stop()
