@@ -2,6 +2,7 @@
 own workspace, an MCP client calling them over HTTP, and SIGTERM taking down what it made."""
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -28,14 +29,20 @@ def tools(workspaces):
 
 
 def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tmp_path):
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     (tmp_path / "mytools.py").write_text(PLUGIN)
+    tokens = {"alice": "alice-" + "a" * 32, "bob": "bob-" + "b" * 32}
+    (tmp_path / "tokens.json").write_text(
+        json.dumps({tokens["alice"]: ["alice"], tokens["bob"]: ["bob", "carol"]}))
     for agent in ("alice", "bob"):
         (tmp_path / "ws" / agent).mkdir(parents=True)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
-                               "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never"],
+                               "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never",
+                               "--tokens", "tokens.json"],
                               cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
@@ -43,9 +50,16 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
         url = line.rsplit("an agent's endpoint: ", 1)[1].strip()
         assert url == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
 
-        async def note(agent, text):
-            async with Client(url.format(agent=agent)) as client:
+        async def note(agent, text, token=None):
+            token = token or tokens.get(agent, tokens["bob"])
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            async with http, Client(streamable_http_client(url.format(agent=agent), http_client=http)) as client:
                 return await client.call_tool("note", {"name": "n.txt", "text": text})
+
+        async def status(agent, token):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            async with httpx2.AsyncClient() as http:
+                return (await http.post(url.format(agent=agent), headers=headers, json={})).status_code
 
         answers = [asyncio.run(note("alice", "from alice")), asyncio.run(note("bob", "from bob"))]
         nobody = asyncio.run(note("carol", "no workspace"))
@@ -53,6 +67,13 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
         assert (tmp_path / "ws" / "alice" / "n.txt").read_text() == "from alice"
         assert (tmp_path / "ws" / "bob" / "n.txt").read_text() == "from bob"  # each agent in its own
         assert nobody.is_error and not (tmp_path / "ws" / "carol").exists()
+        # Who may call: a token for its own agents only, and none at all is refused.
+        assert asyncio.run(status("bob", tokens["alice"])) == 403
+        assert asyncio.run(status("alice", None)) == 401
+        assert asyncio.run(status("alice", "forged-" + "f" * 32)) == 401
+        with pytest.raises(Exception):  # the MCP client itself is turned away with alice's token at bob's
+            asyncio.run(note("bob", "by alice", token=tokens["alice"]))
+        assert (tmp_path / "ws" / "bob" / "n.txt").read_text() == "from bob"
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=120)
         assert server.returncode == 0, err[-3000:]
