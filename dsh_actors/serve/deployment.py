@@ -20,13 +20,17 @@ __all__ = ["APPLICATION", "gateway_application", "serve_mcp", "serve_running", "
 APPLICATION = "dsh-mcp"
 """The Serve application's name."""
 
+LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
+"""Serve's logging for the gateway: no line per request (on a busy gateway the access log
+of the proxy and the replicas took more CPU than the calls; the session logs record calls)."""
+
 
 def gateway_application(config: GatewayConfig, *, num_replicas: int = 1) -> Any:
     """The Serve application (not yet running) serving ``config``'s registry."""
     from ray import serve
 
     @serve.deployment(name="McpGateway", num_replicas=num_replicas,
-                      ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
+                      ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000, logging_config=LOGGING)
     @serve.ingress(lambda: gateway_app(config))
     class McpGateway:
         """One replica: a stateless MCP server of the registry (see :mod:`.gateway`)."""
@@ -41,7 +45,7 @@ def serve_mcp(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 800
     where Serve's proxy listens when this starts Serve; one already running keeps its own."""
     from ray import serve
 
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, logging_config=LOGGING)
     serve.run(gateway_application(config, num_replicas=num_replicas), name=APPLICATION, route_prefix=route_prefix)
     prefix = route_prefix.rstrip("/")
     return f"http://{host}:{port}{prefix}{AGENT_PATH}"

@@ -1,0 +1,198 @@
+"""The MCP gateway (dsh_actors.serve) vs the official SDK's own server, side by side in one run.
+
+Run: ``python benchmarks/mcp_vs_sdk.py [--calls N] [--memory-calls N]``. Writes to RESULTS.md
+(section ``mcp_vs_sdk``): the same two tools — a CPU-trivial echo and a body that awaits
+100 ms — served (a) by the SDK's ``MCPServer`` in one process (uvicorn, stateless Streamable
+HTTP, JSON responses: what a user of the SDK runs) and (b) by the gateway with 1 and 2
+replicas behind Serve's proxy (the registry's whole pipeline as an agent on every call), all
+driven by the official ``mcp`` client at 50 and 500 calls in flight (50 clients, each with
+``in flight / 50`` calls open at once). Calls/s (median of interleaved rounds) and the ratio
+to the SDK's server; then each server's resident memory before and after ``--memory-calls``
+more echo calls (RSS read from ``/proc``, every process of the server summed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import table, write_section  # noqa: E402
+
+from dsh_actors import ToolRegistry, define_tool, text_block  # noqa: E402
+from dsh_actors.runtime import ensure_ray  # noqa: E402
+
+LEVELS = (50, 500)
+CLIENTS = 50
+
+SDK_SERVER = '''
+import asyncio, sys, uvicorn
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("sdk-bench")
+
+@server.tool()
+async def echo(text: str = "") -> str:
+    """echo"""
+    return text
+
+@server.tool()
+async def wait() -> str:
+    """waits 100 ms"""
+    await asyncio.sleep(0.1)
+    return "done"
+
+app = server.streamable_http_app(stateless_http=True, json_response=True)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+'''
+
+
+async def echoes(args, ctx):
+    return [text_block(args.get("text", ""))]
+
+
+async def waits(args, ctx):
+    await asyncio.sleep(0.1)
+    return [text_block("done")]
+
+
+TOOLS = [define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}}, execute=echoes),
+         define_tool(name="wait", description="waits 100 ms", parameters={}, execute=waits)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                total += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
+async def drive(url: str, tool: str, in_flight: int, calls: int) -> float:
+    """``calls`` calls of ``tool`` through :data:`CLIENTS` official clients, ``in_flight`` open at once: calls/s."""
+    from mcp import Client
+
+    arguments = {"text": "x"} if tool == "echo" else {}
+    left = iter(range(calls))
+    async with _clients(url, min(CLIENTS, in_flight)) as clients:
+        async def lane(client) -> None:
+            for _ in left:
+                result = await client.call_tool(tool, arguments)
+                assert not result.is_error, result
+
+        started = time.perf_counter()
+        await asyncio.gather(*(lane(clients[k % len(clients)]) for k in range(in_flight)))
+        return calls / (time.perf_counter() - started)
+
+
+class _clients:
+    def __init__(self, url: str, count: int) -> None:
+        from contextlib import AsyncExitStack
+
+        self.url, self.count, self.stack = url, count, AsyncExitStack()
+
+    async def __aenter__(self):
+        from mcp import Client
+
+        return [await self.stack.enter_async_context(Client(self.url)) for _ in range(self.count)]
+
+    async def __aexit__(self, *exc):
+        await self.stack.aclose()
+
+
+def replica_pids() -> list[int]:
+    import ray
+
+    from dsh_actors.serve import APPLICATION
+
+    pids = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if APPLICATION in actor["name"] and "McpGateway" in actor["name"]:
+            handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+            pids.append(ray.get(handle.__ray_call__.remote(lambda self: os.getpid())))
+    return pids
+
+
+def main(calls: int, memory_calls: int, rounds: int) -> None:
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+
+    ensure_ray()
+    sdk_port, serve_port = free_port(), free_port()
+    sdk = subprocess.Popen([sys.executable, "-c", SDK_SERVER, str(sdk_port)])
+    registry = ToolRegistry.connect("mcp-vs-sdk-bench")
+    seen: dict[tuple[str, int, str], list[float]] = {}
+    memory: dict[str, tuple[float, float]] = {}
+    try:
+        for definition in TOOLS:
+            registry.register(definition).result(120)
+        sdk_url = f"http://127.0.0.1:{sdk_port}/mcp"
+        for replicas in (1, 2):
+            gateway_url = serve_mcp(GatewayConfig(registry.name), port=serve_port,
+                                    num_replicas=replicas).format(agent="bench-agent")
+            servers = {"SDK server": sdk_url, f"gateway, {replicas} replica{'s' if replicas > 1 else ''}": gateway_url}
+            for tool in ("echo", "wait"):
+                for in_flight in LEVELS:
+                    for url in servers.values():
+                        asyncio.run(drive(url, tool, in_flight, min(calls, 500)))  # warm
+                    for _ in range(rounds):  # interleaved: both meet the same machine
+                        for name, url in servers.items():
+                            seen.setdefault((tool, in_flight, name), []).append(
+                                asyncio.run(drive(url, tool, in_flight, calls)))
+            for name, url in servers.items():
+                pids = [sdk.pid] if name == "SDK server" else replica_pids()
+                if name in memory:
+                    continue
+                before = rss_mb(pids)
+                asyncio.run(drive(url, "echo", 50, memory_calls))
+                memory[name] = (before, rss_mb(pids))
+    finally:
+        sdk.terminate()
+        sdk.wait(30)
+        try:
+            stop_mcp(shutdown_serve=True)
+        finally:
+            registry.shutdown()
+    rows = []
+    for tool in ("echo", "wait"):
+        for in_flight in LEVELS:
+            sdk_rate = statistics.median(seen[(tool, in_flight, "SDK server")])
+            row = [("CPU-trivial echo" if tool == "echo" else "100 ms tool"), str(in_flight), f"{sdk_rate:,.0f}"]
+            for replicas in ("gateway, 1 replica", "gateway, 2 replicas"):
+                rate = statistics.median(seen[(tool, in_flight, replicas)])
+                row += [f"{rate:,.0f}", f"{rate / sdk_rate:.2f}×"]
+            rows.append(row)
+    body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
+                  "vs SDK"], rows)
+    body += "\n\n" + table(["server", f"RSS MB before", f"after {memory_calls:,} more echo calls"],
+                           [[name, f"{a:.0f}", f"{b:.0f}"] for name, (a, b) in memory.items()])
+    body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
+             f"measurement, median of {rounds} interleaved rounds. The SDK's server is `MCPServer` under uvicorn, "
+             "one process, stateless JSON; the gateway's requests pass Serve's proxy (one per node) to its replicas, "
+             "and each call runs the registry's pipeline as an agent on the registry's executors. Load average at "
+             f"the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
+    write_section("mcp_vs_sdk", "MCP gateway vs the official SDK's own server", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--memory-calls", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    main(options.calls, options.memory_calls, options.rounds)
