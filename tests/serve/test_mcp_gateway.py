@@ -41,7 +41,14 @@ def _tools(folder):
         (folder / f"{args['name']}.finished").write_text("")
         return [{"type": "text", "text": "finished"}]
 
+    async def nap(args, ctx):  # one line per run of each name: a call run twice shows
+        with open(folder / f"nap-{args['name']}", "a") as out:
+            out.write("ran\n")
+        await asyncio.sleep(1.5)
+        return [{"type": "text", "text": args["name"]}]
+
     return [
+        define_tool(name="nap", description="Sleep 1.5 s.", parameters={"name": {"type": "string"}}, execute=nap),
         define_tool(name="slow", description="Take 20 s unless aborted.", parameters={"name": {"type": "string"}},
                     execute=slow),
         define_tool(name="add", description="Add two integers.", parameters={"a": {"type": "number"}, "b": {"type": "number"}}, execute=add,
@@ -95,7 +102,7 @@ def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
         return {t.name: t for t in (await client.list_tools()).tools}
 
     writer, reader = _ask(url, "writer", listed), _ask(url, "reader", listed)
-    assert sorted(writer) == ["add", "slow", "write"] and sorted(reader) == ["add", "slow"]  # the reader's restriction holds
+    assert sorted(writer) == ["add", "nap", "slow", "write"] and sorted(reader) == ["add", "nap", "slow"]  # the reader's restriction holds
     add = writer["add"]
     assert add.description == "Add two integers."
     assert add.input_schema["type"] == "object" and set(add.input_schema["properties"]) == {"a", "b"}
@@ -307,3 +314,74 @@ def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
     assert "cancelled" in (marks / "given-up.aborted").read_text()  # its signal said why
     time.sleep(1)
     assert not (marks / "given-up.finished").exists()
+
+
+def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gateway):
+    """Each of 100 calls gets one answer — its result, or an error for the calls the dead
+    replica held — and no call runs twice (Serve does not resend them)."""
+    from mcp import Client
+
+    marks, _, url = gateway
+
+    async def hundred():
+        async def one(k):
+            try:
+                async with Client(url.format(agent=f"napper-{k % 10}")) as client:
+                    result = await client.call_tool("nap", {"name": f"n{k}"})
+                return "ok" if not result.is_error and result.content[0].text == f"n{k}" else f"error: {result}"
+            except Exception as exc:  # noqa: BLE001 - the dead replica's calls: the client's own failure
+                return f"failed: {type(exc).__name__}"
+
+        calls = [asyncio.ensure_future(one(k)) for k in range(100)]
+        deadline = time.monotonic() + T
+        while len(list(marks.glob("nap-n*"))) < 60 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                    if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
+        ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+        return await asyncio.gather(*calls)
+
+    outcomes = asyncio.run(hundred())
+    assert len(outcomes) == 100 and not [o for o in outcomes if o.startswith("error")], outcomes
+    failed = [o for o in outcomes if o != "ok"]
+    assert len(failed) < 100 and outcomes.count("ok") > 0  # the other replica's calls answered
+    runs = {p.name: p.read_text().count("ran") for p in marks.glob("nap-n*")}
+    assert max(runs.values()) == 1, {k: v for k, v in runs.items() if v > 1}  # nothing ran twice
+
+
+def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(gateway):
+    """A second, independent MCP consumer: pydantic-ai's MCPToolset (FastMCP's client),
+    driven by pydantic-ai's own FunctionModel. Its agent sees the endpoint's agent's tools;
+    an allowed call, a call dsh refuses (bad arguments: pydantic-ai shows the model its
+    retry prompt) and a write all go through the pipeline, and the session log holds each."""
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    marks, _, url = gateway
+    seen = {}
+
+    def model(messages, info):
+        if len(messages) == 1:  # the prompt: one step of three calls
+            seen["tools"] = sorted(t.name for t in info.function_tools)
+            return ModelResponse(parts=[ToolCallPart("add", {"a": 2, "b": 3}, tool_call_id="t1"),
+                                        ToolCallPart("add", {"a": "two", "b": 3}, tool_call_id="t2"),
+                                        ToolCallPart("write", {"name": "by-pydantic"}, tool_call_id="t3")])
+        seen["back"] = {p.tool_call_id: p for p in messages[-1].parts if isinstance(p, (ToolReturnPart, RetryPromptPart))}
+        return ModelResponse(parts=[TextPart("done")])
+
+    async def run(agent_id):
+        agent = pydantic_ai.Agent(FunctionModel(model), toolsets=[MCPToolset(url.format(agent=agent_id))])
+        return (await agent.run("go")).output
+
+    assert asyncio.run(run("pydantic-writer")) == "done"
+    assert seen["tools"] == ["add", "nap", "slow", "write"]
+    back = seen["back"]
+    assert isinstance(back["t1"], ToolReturnPart) and "5" in str(back["t1"].content)
+    # the framework's form of a failed tool: a retry, the dsh refusal's text for the model
+    assert getattr(back["t2"], "outcome", "retried") == "retried" and "must be a number" in str(back["t2"].content)
+    assert isinstance(back["t3"], ToolReturnPart) and (marks / "by-pydantic").read_text() == "pydantic-writer"
+    logged = [(e["name"], e["is_error"]) for e in read_records(marks / "logs" / "pydantic-writer.log")
+              if e["type"] == "tool/result"]
+    assert sorted(logged) == [("add", False), ("add", True), ("write", False)]
