@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,8 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import table, write_section  # noqa: E402
 
-from dsh_actors import ToolRegistry, define_tool, text_block  # noqa: E402
+from dsh_actors import ToolRegistry  # noqa: E402
 from dsh_actors.runtime import ensure_ray  # noqa: E402
+
+from mcp_gateway import TOOLS  # noqa: E402  (the same two tools as the gateway's other benchmark)
+from tool_server import free_port  # noqa: E402
 
 LEVELS = (50, 500)
 CLIENTS = 50
@@ -51,25 +53,6 @@ async def wait() -> str:
 app = server.streamable_http_app(stateless_http=True, json_response=True)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 '''
-
-
-async def echoes(args, ctx):
-    return [text_block(args.get("text", ""))]
-
-
-async def waits(args, ctx):
-    await asyncio.sleep(0.1)
-    return [text_block("done")]
-
-
-TOOLS = [define_tool(name="echo", description="echo", parameters={"text": {"type": "string"}}, execute=echoes),
-         define_tool(name="wait", description="waits 100 ms", parameters={}, execute=waits)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pids: list[int]) -> float:
