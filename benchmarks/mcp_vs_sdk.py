@@ -68,8 +68,6 @@ def rss_mb(pids: list[int]) -> float:
 
 async def drive(url: str, tool: str, in_flight: int, calls: int) -> float:
     """``calls`` calls of ``tool`` through :data:`CLIENTS` official clients, ``in_flight`` open at once: calls/s."""
-    from mcp import Client
-
     arguments = {"text": "x"} if tool == "echo" else {}
     left = iter(range(calls))
     async with _clients(url, min(CLIENTS, in_flight)) as clients:
@@ -161,7 +159,7 @@ def main(calls: int, memory_calls: int, rounds: int) -> None:
             rows.append(row)
     body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
                   "vs SDK"], rows)
-    body += "\n\n" + table(["server", f"RSS MB before", f"after {memory_calls:,} more echo calls"],
+    body += "\n\n" + table(["server", "RSS MB before", f"after {memory_calls:,} more echo calls"],
                            [[name, f"{a:.0f}", f"{b:.0f}"] for name, (a, b) in memory.items()])
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
              f"measurement, median of {rounds} interleaved rounds. The SDK's server is `MCPServer` under uvicorn, "
