@@ -39,14 +39,16 @@ def gateway_application(config: GatewayConfig, *, num_replicas: int = 1) -> Any:
 
 
 def serve_mcp(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 8000, num_replicas: int = 1,
-              route_prefix: str = "/") -> str:
+              route_prefix: str = "/", name: str = APPLICATION) -> str:
     """Deploy the gateway (blocking until its replicas are up); the URL template of an
     agent's endpoint, ``http://HOST:PORT/agents/{agent}/mcp``. ``host`` and ``port`` are
-    where Serve's proxy listens when this starts Serve; one already running keeps its own."""
+    where Serve's proxy listens when this starts Serve; one already running keeps its own.
+    Several gateways (one per registry, say) share one Serve: each its own application
+    ``name`` under its own ``route_prefix``."""
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port}, logging_config=LOGGING)
-    serve.run(gateway_application(config, num_replicas=num_replicas), name=APPLICATION, route_prefix=route_prefix)
+    serve.run(gateway_application(config, num_replicas=num_replicas), name=name, route_prefix=route_prefix)
     prefix = route_prefix.rstrip("/")
     return f"http://{host}:{port}{prefix}{AGENT_PATH}"
 
@@ -58,13 +60,14 @@ def serve_running() -> bool:
     return any(a["name"] == "SERVE_CONTROLLER_ACTOR" for a in ray.util.list_named_actors(all_namespaces=True))
 
 
-def stop_mcp(*, shutdown_serve: bool = False) -> None:
-    """Delete the gateway application; with ``shutdown_serve``, Serve itself too (what started
-    it for the gateway alone ends it), else it keeps running for other applications."""
+def stop_mcp(*, shutdown_serve: bool = False, name: str = APPLICATION) -> None:
+    """Delete the gateway application ``name``; with ``shutdown_serve``, Serve itself too
+    (what started it for the gateway alone ends it), else it keeps running for other
+    applications."""
     from ray import serve
 
     try:
-        serve.delete(APPLICATION)
+        serve.delete(name)
     finally:
         if shutdown_serve:
             serve.shutdown()

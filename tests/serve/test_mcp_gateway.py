@@ -385,3 +385,36 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
     logged = [(e["name"], e["is_error"]) for e in read_records(marks / "logs" / "pydantic-writer.log")
               if e["type"] == "tool/result"]
     assert sorted(logged) == [("add", False), ("add", True), ("write", False)]
+
+
+def test_a_second_gateway_for_another_registry_shares_serve_under_its_own_prefix(gateway, tmp_path):
+    from mcp import Client
+
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+
+    _, _, url = gateway
+    other = ToolRegistry.connect(f"mcp-b-{uuid.uuid4().hex[:8]}")
+    try:
+        other.register(define_tool(name="shout", description="Upper-case.", parameters={"text": {"type": "string"}},
+                                   execute=lambda args, ctx: [{"type": "text", "text": args["text"].upper()}])).result(T)
+        port = int(url.split(":")[2].split("/")[0])
+        second = serve_mcp(GatewayConfig(other.name), port=port, route_prefix="/b", name="dsh-mcp-b")
+        assert second == f"http://127.0.0.1:{port}/b/agents/{{agent}}/mcp"
+
+        async def both():
+            async with Client(second.format(agent="x")) as b, Client(url.format(agent="x")) as a:
+                return ([t.name for t in (await b.list_tools()).tools], (await b.call_tool("shout", {"text": "hi"})),
+                        sorted(t.name for t in (await a.list_tools()).tools))
+
+        b_tools, shouted, a_tools = asyncio.run(both())
+        assert b_tools == ["shout"] and shouted.content[0].text == "HI"
+        assert "shout" not in a_tools and "add" in a_tools  # each its own registry's
+        stop_mcp(name="dsh-mcp-b")
+
+        async def first_still():
+            async with Client(url.format(agent="x")) as a:
+                return await a.call_tool("add", {"a": 1, "b": 1})
+
+        assert asyncio.run(first_still()).content[0].text == "2"  # stopping one left the other
+    finally:
+        other.shutdown()
