@@ -37,6 +37,9 @@ is stopped or wedged, and the init kills it and forks another."""
 
 PIPE_BYTES = 1 << 16
 
+FORK_TRIES = 20
+"""How often the init tries to fork a spawner while the uid's process limit is full."""
+
 # what one wake-up of the init's loop handles first: finishing commands before starting new
 # ones keeps the slowest of 32 concurrent commands close to the median
 REAP, SPAWNER, OUTPUT, CLIENT = 0, 1, 2, 3
@@ -173,7 +176,7 @@ class Commands:
 
     def fork_spawner(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
+        pid = self._fork()
         if pid == 0:
             ours.close()
             for fd in self.inherited():
@@ -189,6 +192,33 @@ class Commands:
         ours.setblocking(False)
         self.spawner, self.spawner_pid = ours, pid
         self.watch(ours.fileno(), SPAWNER, self._spawner_event)
+
+    def _fork(self):
+        """``os.fork()``, which may find the uid's process limit full (``RLIMIT_NPROC``: a
+        fork bomb's processes and the zombies of those the bound killed, the init's to reap)
+        when the spawner died mid-bomb: then every command ends with the processes bound,
+        every slot is emptied and reaped, and it tries again (the init must not die of it)."""
+        for _ in range(FORK_TRIES - 1):
+            try:
+                return os.fork()
+            except BlockingIOError:
+                for command in list(self.commands.values()):
+                    self.kill(command, "processes")
+                for slot in self.lingering:
+                    self.cgroups.kill_slot(slot, self.spawner_pid)
+                self._reap_now()
+                time.sleep(0.01)
+        return os.fork()
+
+    def _reap_now(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.reaped(pid, status)
 
     def _spawner_lost(self):
         """The spawner died (a command killed it, or the OOM killer: it is in the bounded
