@@ -28,6 +28,11 @@ def ended_children(wake_fd):
             pass
     except BlockingIOError:
         pass
+    return reaped_now()
+
+
+def reaped_now():
+    """Reap every child that ended by now: ``[(pid, wait status)]``."""
     ended = []
     while True:
         try:

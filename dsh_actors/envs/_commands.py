@@ -27,6 +27,7 @@ import time
 
 import msgpack
 
+import _children
 import _wire
 from _meter import WATCH_S
 from _spawner import Spawner
@@ -206,19 +207,10 @@ class Commands:
                     self.kill(command, "processes")
                 for slot in self.lingering:
                     self.cgroups.kill_slot(slot, self.spawner_pid)
-                self._reap_now()
+                for pid, status in _children.reaped_now():
+                    self.reaped(pid, status)
                 time.sleep(0.01)
         return os.fork()
-
-    def _reap_now(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self.reaped(pid, status)
 
     def _spawner_lost(self):
         """The spawner died (a command killed it, or the OOM killer: it is in the bounded
