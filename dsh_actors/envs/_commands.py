@@ -11,7 +11,8 @@ A top-level module of the init (``_server.py`` owns the loop and the clients; th
   read and dropped, so the command never blocks on it);
 - the spawner (:mod:`_spawner`) spawns ``bash -c`` in the slot and says its pid, then its
   exit; if the spawner dies (a command killed it, the OOM killer) or is stopped, the init
-  forks another and reaps the orphans itself;
+  forks another, hands it the commands the dead one never took, and reaps the orphans
+  itself;
 - its end is its ``bash`` exiting (what it left running keeps running in its slot until the
   environment ends, unless a bound or the wall killed the slot): the pipe is drained of what
   is already written, and the result sent with the bound that stopped it, if one did;
@@ -20,6 +21,7 @@ A top-level module of the init (``_server.py`` owns the loop and the clients; th
 """
 
 import errno
+import mmap
 import os
 import signal
 import socket
@@ -52,14 +54,15 @@ def refused(bound):
 
 
 class Command:
-    __slots__ = ("connection", "request", "number", "slot", "pid", "pipe", "chunks", "size", "limit", "truncated",
-                 "sent", "deadline", "before", "status", "bound")
+    __slots__ = ("connection", "request", "number", "text", "slot", "pid", "pipe", "handed", "chunks", "size",
+                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed")
 
-    def __init__(self, connection, request, number, slot, limit, deadline, before):
-        self.connection, self.request, self.number, self.slot, self.limit = connection, request, number, slot, limit
-        self.sent, self.deadline, self.before = time.monotonic(), deadline, before
+    def __init__(self, connection, request, number, text, slot, limit, deadline, before):
+        self.connection, self.request, self.number, self.text = connection, request, number, text
+        self.slot, self.limit, self.sent, self.deadline, self.before = slot, limit, time.monotonic(), deadline, before
         self.pid = self.pipe = self.status = self.bound = None
-        self.chunks, self.size, self.truncated = [], 0, False
+        self.handed = ()  # the output pipe's write end and the working folder, until the spawner answers
+        self.chunks, self.size, self.truncated, self.killed = [], 0, False, False
 
     def take(self, data):
         room = self.limit - self.size
@@ -93,6 +96,7 @@ class Commands:
         self.next_watch = 0.0
         self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
         self.spawner = self.spawner_pid = None
+        self.taken = None  # the spawner's page: the number of the last request it took
 
     def cancel(self, connection, request):
         command = connection.commands.get(request)
@@ -122,24 +126,34 @@ class Commands:
         cwd = message.get("cwd")
         folder = self.workspace.directory(cwd) if cwd else os.dup(self.workspace.fd)
         slot = self._take_slot()
-        command = Command(connection, request, next(self.numbers), slot, limit, time.monotonic() + timeout_s,
+        command = Command(connection, request, next(self.numbers), text, slot, limit, time.monotonic() + timeout_s,
                           self.meter.events())
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
-        command.pipe = read_end
+        command.pipe, command.handed = read_end, (write_end, folder)
         connection.commands[request] = command
         self.commands[command.number] = command
         self._due(self._next_times(command))
         self.watch(read_end, OUTPUT, lambda mask, c=command: self._output(c))
+        if not self._hand(command):
+            self._spawner_lost()  # it just died (the OOM killer, or a command): the next one gets it
+
+    def _hand(self, command):
+        """Send ``command`` to the spawner; False if it is gone."""
         try:
             socket.send_fds(self.spawner, [msgpack.packb(
-                {"n": command.number, "command": text, "slot": slot},
-                use_bin_type=True)], [write_end, folder])
+                {"n": command.number, "command": command.text, "slot": command.slot},
+                use_bin_type=True)], list(command.handed))
+            return True
         except OSError:
-            self._spawner_lost()  # it just died (the OOM killer, or a command): this command ends killed
-        finally:
-            os.close(write_end)
-            os.close(folder)
+            return False
+
+    @staticmethod
+    def _answered(command):
+        """The spawner answered for ``command``: the init's copies of what it handed go."""
+        for fd in command.handed:
+            os.close(fd)
+        command.handed = ()
 
     def _spawner_event(self, _mask):
         try:
@@ -151,7 +165,9 @@ class Commands:
         if not data:
             self._spawner_lost()
             return
-        message = msgpack.unpackb(data, raw=False)
+        self._spawner_said(msgpack.unpackb(data, raw=False))
+
+    def _spawner_said(self, message):
         if "exit" in message:
             self.meter.spawner_usage(self.spawner_pid, *message["usage"])
             command = self.by_pid.pop(message["exit"], None)
@@ -161,11 +177,12 @@ class Commands:
         command = self.commands.get(message.get("n"))
         if command is None:
             return
+        self._answered(command)
         if "pid" in message:
             command.pid = message["pid"]
             self.by_pid[command.pid] = command
-            if command.bound is not None:
-                self.kill(command, command.bound)  # killed before its pid was known
+            if command.killed:
+                self.kill(command, command.bound)  # killed (or cancelled) before its pid was known
         else:  # it could not start: EAGAIN is the processes bound
             command.bound = "processes" if message.get("errno") == errno.EAGAIN else None
             if command.bound is None:
@@ -177,6 +194,9 @@ class Commands:
 
     def fork_spawner(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        page = mmap.mmap(-1, mmap.PAGESIZE)  # shared with the child: what it writes, the init reads
+        taken = memoryview(page).cast("q")
+        taken[0] = -1
         pid = self._fork()
         if pid == 0:
             ours.close()
@@ -186,12 +206,12 @@ class Commands:
                 except OSError:
                     pass
             try:
-                Spawner(theirs, self.cgroups, self.env).run(self.spawner_slot, self.workspace.lib)
+                Spawner(theirs, self.cgroups, self.env, taken).run(self.spawner_slot, self.workspace.lib)
             finally:
                 os._exit(1)
         theirs.close()
         ours.setblocking(False)
-        self.spawner, self.spawner_pid = ours, pid
+        self.spawner, self.spawner_pid, self.taken = ours, pid, taken
         self.watch(ours.fileno(), SPAWNER, self._spawner_event)
 
     def _fork(self):
@@ -214,18 +234,44 @@ class Commands:
 
     def _spawner_lost(self):
         """The spawner died (a command killed it, or the OOM killer: it is in the bounded
-        cgroup, and a fork of the init looks big there): its commands whose pid it never
-        told end killed, the rest the init reaps itself; another is forked."""
-        if self.spawner.fileno() < 0:
-            return
-        self.forget(self.spawner.fileno())
-        self.spawner.close()
-        self.meter.spawner_gone()
-        for command in list(self.commands.values()):
-            if command.pid is None:
-                self.kill(command, command.bound)
-                self._finish(command, None)
-        self.fork_spawner()
+        cgroup, and a fork of the init looks big there), or was killed as wedged. What it
+        said before is heard; another is forked; the commands it never took go to that one
+        (a command may kill each new spawner as it comes: after ``FORK_TRIES`` they end
+        killed); the one it was spawning as it died ends killed (it may have started, and
+        must not run twice); the rest the init reaps itself."""
+        for _ in range(FORK_TRIES):
+            if self.spawner.fileno() < 0:
+                return
+            self._hear_the_last()
+            taken = self.taken[0]
+            self.forget(self.spawner.fileno())
+            self.spawner.close()
+            self.meter.spawner_gone()
+            self.fork_spawner()
+            again = []
+            for command in sorted((c for c in self.commands.values() if c.pid is None), key=lambda c: c.number):
+                if command.number <= taken or command.killed:
+                    self.kill(command, command.bound)
+                    self._finish(command, None)
+                else:
+                    command.sent = time.monotonic()  # its spawn's timeout starts again
+                    again.append(command)
+            if all(self._hand(c) for c in again):
+                return
+        for command in [c for c in self.commands.values() if c.pid is None]:
+            self.kill(command, command.bound)
+            self._finish(command, None)
+
+    def _hear_the_last(self):
+        """What the lost spawner said and the init has yet to read (pids, exits)."""
+        while True:
+            try:
+                data = self.spawner.recv(1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            self._spawner_said(msgpack.unpackb(data, raw=False))
 
     def _replace_spawner(self):
         """Kill the spawner and fork another: it is stopped or wedged (a command may stop it:
@@ -275,6 +321,7 @@ class Commands:
         self._discard(command)
 
     def _discard(self, command):
+        self._answered(command)
         self._close_pipe(command)
         self.commands.pop(command.number, None)
         self.by_pid.pop(command.pid, None)
@@ -283,7 +330,7 @@ class Commands:
 
     def kill(self, command, bound):
         """Kill everything ``command`` started (its slot; without cgroups, its session)."""
-        command.bound = command.bound or bound
+        command.bound, command.killed = command.bound or bound, True
         if self.cgroups is not None:
             self.cgroups.kill_slot(command.slot, self.spawner_pid)
         elif command.pid is not None:

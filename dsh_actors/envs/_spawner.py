@@ -14,6 +14,10 @@ spawner is as unprivileged as a command (the same uid, the same walls): a comman
 or stop it (the init then forks another, and reaps the orphans itself) but can neither
 trace it nor read its memory (seccomp; it is not dumpable).
 
+Before it acts on a request it writes its number to a page it shares with the init
+(``taken``): if it dies, the init resends the requests it never took to the next spawner,
+and only the one it was spawning when it died can have started unseen (that one ends killed).
+
 Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
 
     init -> {"n", "command", "slot"} + fds [output pipe, working folder]
@@ -50,14 +54,15 @@ def _usage():
 
 
 class Spawner:
-    def __init__(self, sock, cgroups, env):
-        self.sock, self.cgroups, self.env = sock, cgroups, env
+    def __init__(self, sock, cgroups, env, taken):
+        self.sock, self.cgroups, self.env, self.taken = sock, cgroups, env, taken
         self.parked = None
 
     def _send(self, message):
         self.sock.send(msgpack.packb(message, use_bin_type=True))
 
     def spawn(self, request, fds):
+        self.taken[0] = request["n"]
         output, folder = fds
         try:
             if self.cgroups is not None and self.parked != request["slot"]:

@@ -1,6 +1,9 @@
 """Escapes through other processes: signals, tracing and /proc of the host's processes and of
 another environment's. Each environment sees and reaches its own processes only."""
 
+import asyncio
+import time
+
 import pytest
 
 from .host import Sentinel, processes_of
@@ -66,3 +69,29 @@ def test_stopping_or_killing_the_spawner_only_delays_the_next_command(envs, env)
     assert envs.sh(env, "echo after a stop").output == b"after a stop\n"  # within SPAWN_TIMEOUT_S
     assert envs.sh(env, f"kill -9 {spawner}").exit_code in (0, 137)
     assert envs.sh(env, "echo after a kill").output == b"after a kill\n"
+
+
+def test_a_command_handed_to_a_spawner_that_never_took_it_runs_once_on_the_next(envs, env):
+    """A background process stops the spawner between two commands: the second is handed to
+    it, never taken, and runs once on the spawner the init forks in its place (it used to end
+    killed, as if it had run)."""
+    spawner = "$(pgrep -x dsh-envs-spawne)"
+    assert envs.sh(env, f"(sleep 0.5; kill -STOP {spawner}) >/dev/null 2>&1 &").exit_code == 0
+    time.sleep(1.5)  # no command runs as it stops: the init notices only once one is handed to it
+    ran = envs.sh(env, "echo handed >> ran.txt; echo handed")
+    assert (ran.exit_code, ran.output, ran.signal) == (0, b"handed\n", None)
+    assert envs.sh(env, "cat ran.txt").output == b"handed\n"
+
+
+def test_a_command_cancelled_before_its_spawner_took_it_never_runs(envs, env, loop):
+    spawner = "$(pgrep -x dsh-envs-spawne)"
+    assert envs.sh(env, f"(sleep 0.5; kill -STOP {spawner}) >/dev/null 2>&1 &").exit_code == 0
+    time.sleep(1.5)
+
+    async def cancelled():  # well before the init looks at the spawner (a measure, WATCH_S after the send)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(env.run("echo ran > cancelled.txt", timeout_s=20), 0.01)
+
+    loop.run(cancelled())
+    assert envs.sh(env, "echo next").output == b"next\n"  # after the init replaced the stopped spawner
+    assert envs.sh(env, "ls").output.split() == []  # cancelled.txt never written
