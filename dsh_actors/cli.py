@@ -206,7 +206,12 @@ def _serve(args: argparse.Namespace) -> int:
         hosts.append(f"{args.host}:*")
     ensure_ray()
     name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.connect(name, scope_hosting="shared")
+    runtime = None
+    if args.mode != "native":
+        from .codemode.runtime import CodeRuntimeConfig
+
+        runtime = CodeRuntimeConfig()
+    registry = ToolRegistry.connect(name, scope_hosting="shared", mode=args.mode, code_runtime=runtime)
     ours = not serve_running()  # Serve started for this gateway alone ends with it
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -301,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="each agent's session log, DIR/<agent>.log, records its calls (default: no log)")
     serve.add_argument("--approvals", choices=["never", "always", "ask"], default="ask",
                        help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals` (default)")
+    serve.add_argument("--mode", choices=["native", "code", "both"], default="native",
+                       help="what each agent's tools/list holds: its tools (native), run_code alone with the tools "
+                            "as the SDK of its programs (code), or both")
     serve.add_argument("--registry", help="the registry's name (default: a new one)")
     serve.add_argument("--host", default="127.0.0.1", help="where Serve's HTTP proxy listens (default: loopback)")
     serve.add_argument("--port", type=int, default=8000)

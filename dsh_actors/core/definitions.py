@@ -8,10 +8,11 @@ from typing import Any, Callable, Mapping
 
 from .boundary import is_own_cancellation
 from .errors import DefinitionError
-from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot
+from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot, thaw
 from .types import ToolDefinition
 
-__all__ = ["EXCLUSIVE", "PARALLEL", "call_fields", "check_frozen", "execution_mode", "snapshot_definition"]
+__all__ = ["EXCLUSIVE", "HINTS", "PARALLEL", "call_fields", "check_frozen", "execution_mode", "hints_of", "object_schema",
+           "snapshot_definition"]
 
 _DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
                       "present_call", "present_result", "is_concurrency_safe", "extras")
@@ -96,3 +97,22 @@ def call_fields(call: Any) -> tuple[Any, Any, Any]:
     if isinstance(call, Mapping):
         return call.get("name"), call.get("arguments"), call.get("agent")
     return getattr(call, "name", None), getattr(call, "arguments", None), getattr(call, "agent", None)
+
+
+HINTS = ("read_only", "destructive", "idempotent", "open_world")
+"""The hints a definition's ``extras`` may declare for other tool layers (MCP's annotations,
+a framework's metadata): booleans; absent, the layer's default stands."""
+
+
+def hints_of(definition: ToolDefinition) -> dict[str, bool]:
+    """The :data:`HINTS` ``definition`` declares as booleans."""
+    return {key: definition.extras[key] for key in HINTS if isinstance(definition.extras.get(key), bool)}
+
+
+def object_schema(definition: ToolDefinition) -> dict[str, Any]:
+    """``definition``'s arguments as a plain JSON Schema with an object root (what MCP and
+    the agent frameworks take)."""
+    schema = thaw(definition.parameters)
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        schema = {"type": "object", **(schema if isinstance(schema, dict) else {})}
+    return schema

@@ -28,9 +28,10 @@ from typing import Any, Mapping
 
 import mcp_types as types
 
+from ..core.registry import RUN_CODE
 from . import asks
 from .access import Grants, TokenGate, bearer_of, digest
-from .mcp_mapping import mcp_result, mcp_tool
+from .mcp_mapping import listed, mcp_result, unlisted
 
 __all__ = ["AGENT_PATH", "GatewayConfig", "gateway_app"]
 
@@ -83,13 +84,17 @@ def gateway_app(config: GatewayConfig) -> Any:
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         agent = _agent(ctx)
+        mode = await calls.mode()
         visible = await calls.registry.visible(agent)
-        return types.ListToolsResult(tools=[mcp_tool(d) for d in visible])
+        sdk = await calls.registry.sdk(agent) if mode != "native" else None
+        return types.ListToolsResult(tools=listed(visible, mode, sdk))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         agent = _agent(ctx)
         if params.request_state is not None:
             return await calls.resume(agent, params.request_state, params.input_responses)
+        if params.name != RUN_CODE and await calls.mode() == "code":
+            return unlisted(params.name)  # behind run_code: a program calls it, as the model would
         call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
         if not asks.client_answers(ctx.protocol_version, ctx.session.client_capabilities):
             return mcp_result(await calls.run(agent, call))
@@ -123,6 +128,13 @@ class _Calls:
         self.logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
         self.held: set[asyncio.Task[None]] = set()
         self._queue: Any = None
+        self._mode: str | None = None
+
+    async def mode(self) -> str:
+        """The registry's mode (asked once, off the loop: the client asks it blocking)."""
+        if self._mode is None:
+            self._mode = await asyncio.to_thread(lambda: self.registry.mode)
+        return self._mode
 
     async def run(self, agent: str, call: dict[str, Any]) -> Any:
         """The call as ``agent``, with a signal of its own: should the client go away (its

@@ -17,9 +17,12 @@ from typing import Any, Mapping
 import mcp_types as types
 
 from ..core import jsonvalue
+from ..core.definitions import hints_of, object_schema
+from ..core.errors import ToolNotFoundError
+from ..core.registry import RUN_CODE
 from ..core.types import ToolDefinition, ToolExecutionResult
 
-__all__ = ["HINTS", "mcp_result", "mcp_tool"]
+__all__ = ["HINTS", "listed", "mcp_result", "mcp_tool", "unlisted"]
 
 HINTS = {"read_only": "read_only_hint", "destructive": "destructive_hint", "idempotent": "idempotent_hint",
          "open_world": "open_world_hint"}
@@ -28,13 +31,35 @@ HINTS = {"read_only": "read_only_hint", "destructive": "destructive_hint", "idem
 
 def mcp_tool(definition: ToolDefinition) -> types.Tool:
     """``definition`` as an MCP client lists it."""
-    schema = jsonvalue.thaw(definition.parameters)
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        schema = {"type": "object", **(schema if isinstance(schema, dict) else {})}  # MCP wants an object root
-    hints = {field: definition.extras[key] for key, field in HINTS.items()
-             if isinstance(definition.extras.get(key), bool)}
-    return types.Tool(name=definition.name, description=definition.description, input_schema=schema,
+    hints: dict[str, Any] = {HINTS[key]: value for key, value in hints_of(definition).items()}
+    return types.Tool(name=definition.name, description=definition.description, input_schema=object_schema(definition),
                       annotations=types.ToolAnnotations(**hints) if hints else None)
+
+
+def listed(definitions: list[ToolDefinition], mode: str, sdk: str | None = None) -> list[types.Tool]:
+    """What an agent's ``tools/list`` holds in its registry's ``mode``: its visible tools
+    (``native``); ``run_code`` alone, the ``tools:sdk`` text (``sdk``) closing its
+    description, as a model in Code Mode sees it (``code``); or both (``both``)."""
+    tools = []
+    for definition in definitions:
+        tool = mcp_tool(definition)
+        if definition.name == RUN_CODE:
+            if mode == "native":
+                continue
+            if sdk:
+                tool.description = f"{tool.description or ''}\n\n{sdk}".strip()
+        elif mode == "code":
+            continue
+        tools.append(tool)
+    return tools
+
+
+def unlisted(name: str) -> types.CallToolResult:
+    """The answer to a call of a tool the agent's ``tools/list`` does not hold (in Code
+    Mode, a tool only a program may call): the pipeline's own for an unknown tool."""
+    error = ToolNotFoundError(name)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=str(error))], is_error=True,
+                                _meta={"dsh": {"error": {"name": type(error).__name__, "code": error.code}}})
 
 
 def _block(block: Any) -> types.ContentBlock:

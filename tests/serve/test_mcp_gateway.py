@@ -425,3 +425,46 @@ def test_a_second_gateway_for_another_registry_shares_serve_under_its_own_prefix
         assert asyncio.run(first_still()).content[0].text == "2"  # stopping one left the other
     finally:
         other.shutdown()
+
+
+def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_behind_it(gateway, tmp_path):
+    from mcp import Client
+
+    from dsh_actors.codemode.runtime import CodeRuntimeConfig
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+
+    marks, _, url = gateway
+    coded = ToolRegistry.connect(f"mcp-code-{uuid.uuid4().hex[:8]}", mode="code",
+                                 code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000, max_wall_ms=60_000))
+    try:
+        for definition in _tools(tmp_path):
+            if definition.name in ("add", "write"):
+                coded.register(definition).result(T)
+        coded.scope("reader").restrict(deny=["write"]).result(T)
+        port = int(url.split(":")[2].split("/")[0])
+        served = serve_mcp(GatewayConfig(coded.name), port=port, route_prefix="/code", name="dsh-mcp-code")
+
+        async def as_agent(agent, work):
+            async with Client(served.format(agent=agent)) as client:
+                return await work(client)
+
+        async def everything():
+            listed = (await as_agent("coder", lambda c: c.list_tools())).tools
+            reader = (await as_agent("reader", lambda c: c.list_tools())).tools
+            ran = await as_agent("coder", lambda c: c.call_tool("run_code", {
+                "code": 'await tools.write(name="by-program")\nreturn await tools.add(a=2, b=3)'}))
+            refused = await as_agent("reader", lambda c: c.call_tool("run_code", {
+                "code": 'await tools.write(name="by-reader")'}))
+            direct = await as_agent("coder", lambda c: c.call_tool("add", {"a": 1, "b": 1}))
+            return listed, reader, ran, refused, direct
+
+        listed, reader, ran, refused, direct = asyncio.run(everything())
+        assert [t.name for t in listed] == ["run_code"] and "add(" in listed[0].description
+        assert "write(" in listed[0].description and "write(" not in reader[0].description  # its own SDK
+        assert ran.is_error is False and ran.content[-1].text.endswith("5")
+        assert (tmp_path / "by-program").read_text() == "coder"  # the sub-call ran as the agent
+        assert refused.is_error is True and not (tmp_path / "by-reader").exists()
+        assert direct.is_error is True and direct.meta["dsh"]["error"]["code"] == "UNKNOWN_TOOL"
+        stop_mcp(name="dsh-mcp-code")
+    finally:
+        coded.shutdown()

@@ -41,3 +41,24 @@ def test_a_failed_result_keeps_its_code_and_a_structured_one_its_value():
     image, other = done.content
     assert (image.type, image.data, image.mime_type) == ("image", "aGk=", "image/gif")
     assert other.type == "text" and '"not"' in other.text  # anything else arrives as its JSON text
+
+
+def test_each_mode_lists_what_a_model_in_it_sees():
+    from dsh_actors.serve.mcp_mapping import listed
+
+    tools = [define_tool(name="echo", description="Echo.", parameters={"text": {"type": "string"}}, execute=_echo),
+             define_tool(name="run_code", description="Run a program.", parameters={"code": {"type": "string"}},
+                         execute=_echo)]
+    assert [t.name for t in listed(tools[:1], "native")] == ["echo"]
+    [only] = listed(tools, "code", "async def echo(text: str) -> str")
+    assert only.name == "run_code" and only.description == "Run a program.\n\nasync def echo(text: str) -> str"
+    both = listed(tools, "both", "SDK")
+    assert [t.name for t in both] == ["echo", "run_code"] and both[1].description.endswith("\n\nSDK")
+
+
+def test_a_tool_the_list_does_not_hold_is_answered_as_unknown():
+    from dsh_actors.serve.mcp_mapping import unlisted
+
+    answer = unlisted("echo")
+    assert answer.is_error is True and answer.content[0].text == 'unknown tool "echo"'
+    assert answer.meta == {"dsh": {"error": {"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"}}}

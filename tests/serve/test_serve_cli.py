@@ -41,7 +41,7 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
         (tmp_path / "ws" / agent).mkdir(parents=True)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
-                               "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never",
+                               "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never", "--mode", "both",
                                "--tokens", "tokens.json"],
                               cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -61,6 +61,13 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
             async with httpx2.AsyncClient() as http:
                 return (await http.post(url.format(agent=agent), headers=headers, json={})).status_code
 
+        async def listed(agent):
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[agent]}"})
+            async with http, Client(streamable_http_client(url.format(agent=agent), http_client=http)) as client:
+                return [(t.name, t.description) for t in (await client.list_tools()).tools]
+
+        [(name, _), (code, sdk)] = asyncio.run(listed("alice"))  # --mode both: the tools, and run_code
+        assert (name, code) == ("note", "run_code") and "note(" in sdk
         answers = [asyncio.run(note("alice", "from alice")), asyncio.run(note("bob", "from bob"))]
         nobody = asyncio.run(note("carol", "no workspace"))
         assert [a.content[0].text for a in answers] == ["noted in alice", "noted in bob"]
