@@ -1,0 +1,111 @@
+"""What every framework adapter shares: an agent's tools, and its calls through the pipeline.
+
+An adapter turns :class:`ToolCalls` into the framework's own tools; this module knows
+nothing of any framework. A call:
+
+- runs the registry's whole pipeline as the agent (in this process through an
+  :class:`~dsh_actors.InMemoryRegistry`, or on Ray through a
+  :class:`~dsh_actors.runtime.ToolRegistry`), with a signal of its own that is aborted when
+  the framework cancels the call (a timeout of the framework's is a cancellation);
+- answers an ``ask`` through the framework where the adapter has its approval flow: in
+  this process, the registry's approval seam is wrapped by :class:`FrameworkApproval`, so a
+  call the framework already approved is allowed once, and one it has not is deferred to
+  it (the pipeline ends that attempt denied, nothing runs, and :meth:`ToolCalls.call`
+  answers :class:`Asked`); every other ask — other callers, a registry on Ray — goes where
+  it went before (the approval seam, or dsh's approval queue, answerable from any process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.pipeline import ApprovalRequest, ApprovalSeam
+from ..core.pipeline.chain import settle
+from ..core.signal import AbortController
+from ..core.types import ToolDefinition, ToolExecutionResult
+from ..inmemory import InMemoryRegistry, InMemoryScope
+
+__all__ = ["Asked", "FrameworkApproval", "ToolCalls"]
+
+DEFERRED_REASON = "the call is put to the framework's approval flow"
+
+
+@dataclass
+class Asked:
+    """The pipeline asked for approval and the framework has yet to give it: the call did not
+    run. ``reason`` is the policy's."""
+
+    reason: str | None
+
+
+@dataclass
+class _Asking:
+    """What the approval seam needs to know of the adapter's call in flight."""
+
+    approved: bool
+    asked: bool = False
+    reason: str | None = None
+
+
+_ASKING: contextvars.ContextVar[_Asking | None] = contextvars.ContextVar("dsh_adapter_asking", default=None)
+
+
+class FrameworkApproval:
+    """An approval seam that lets a framework answer the asks of the calls made through an
+    adapter (allowed once when the framework approved the call, else deferred to it); any
+    other ask goes to ``fallback`` (absent: unavailable, so it is denied, as without a seam)."""
+
+    def __init__(self, fallback: ApprovalSeam | None = None) -> None:
+        self.fallback = fallback
+
+    async def request(self, request: ApprovalRequest) -> str:
+        asking = _ASKING.get()
+        if asking is None:
+            return "unavailable" if self.fallback is None else str(await settle(self.fallback.request(request)))
+        if asking.approved:
+            return "allowed-once"
+        asking.asked, asking.reason = True, request.reason
+        return "cancelled"
+
+
+class ToolCalls:
+    """``agent``'s tools in ``target`` (an :class:`~dsh_actors.InMemoryRegistry` or one of its
+    scopes, a :class:`~dsh_actors.runtime.ToolRegistry` or an ``AgentScope``), as an adapter
+    lists and calls them."""
+
+    def __init__(self, target: Any, agent: str | None = None) -> None:
+        if agent is not None and hasattr(target, "scope"):
+            target = target.scope(agent)
+        self.target = target
+        self.agent: str | None = getattr(target, "agent_id", agent)
+        registry = target._registry if isinstance(target, InMemoryScope) else target
+        self.framework_asks = isinstance(registry, InMemoryRegistry)
+        if self.framework_asks and not isinstance(registry.state.approval, FrameworkApproval):
+            registry.set_approval(FrameworkApproval(registry.state.approval))
+
+    async def definitions(self) -> list[ToolDefinition]:
+        """The tools the agent sees now (its shadows and restrictions applied)."""
+        return list(await settle(self.target.visible()))
+
+    async def call(self, name: str, arguments: Any, *, call_id: str | None = None,
+                   approved: bool = False) -> ToolExecutionResult | Asked:
+        """Run one call as the agent: its result (an ``is_error`` one included), or
+        :class:`Asked` when the framework's approval is needed first. ``approved``: the
+        framework approved this call (a retry after its approval flow)."""
+        controller = AbortController()
+        asking = _Asking(approved)
+        token = _ASKING.set(asking if self.framework_asks else None)
+        try:
+            result = await settle(self.target.execute(
+                call_id=call_id or f"call-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments,
+                signal=controller.signal))
+        except asyncio.CancelledError:  # the body was cancelled with it: whatever else listens hears it
+            controller.abort("the framework cancelled the call")
+            raise
+        finally:
+            _ASKING.reset(token)
+        return Asked(asking.reason) if asking.asked else result

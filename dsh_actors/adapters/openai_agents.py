@@ -1,0 +1,115 @@
+"""An agent's dsh tools as OpenAI Agents SDK function tools (``pip install 'dsh-actors[openai-agents]'``).
+
+::
+
+    from agents import Agent, Runner
+    from dsh_actors.adapters.openai_agents import dsh_tools
+
+    agent = Agent(name="alice", tools=await dsh_tools(registry, "alice"))
+
+Every call runs the registry's whole pipeline as ``alice``. A failed call's text is what the
+model sees (the SDK's form for a failed tool); ``is_error``, the error (its code) and
+``meta``, where a result has them, are the tool output's custom data (``{"dsh": ...}``). A call policy answers ``ask`` goes through the SDK's
+tool approvals: the run stops with the call in ``result.interruptions``;
+``state = result.to_state(); state.approve(item)`` (or ``reject``) and ``Runner.run(agent,
+state)`` runs it or tells the model it was rejected — in this process through an
+``InMemoryRegistry``; on Ray the ask waits in dsh's approval queue instead.
+
+How an ask is found before the SDK runs a tool: the SDK decides whether a call needs approval
+(``needs_approval``) before it invokes it, and only the pipeline knows whether its policies
+ask. So the call runs through the pipeline when the SDK asks that question: if a policy
+asks, nothing ran and the answer is "needs approval"; otherwise the answer is "no", and the
+invocation that follows returns the result already made. The tools are the visible set when
+:func:`dsh_tools` was awaited (make them again after the agent's scope changes). Cancelling
+the run aborts the call's signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from agents import FunctionTool
+
+from ..core.definitions import object_schema
+from ..core.jsonvalue import thaw
+from ..core.types import ToolDefinition, ToolExecutionResult
+from ._calls import Asked, ToolCalls
+
+__all__ = ["dsh_tools"]
+
+KEPT = 1024
+"""How many made-ahead results wait for their invocation at most (a run abandoned between
+the approval question and the invocation leaves one behind)."""
+
+
+async def dsh_tools(target: Any, agent: str | None = None) -> list[FunctionTool]:
+    """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this
+    process or on Ray) as the SDK's function tools."""
+    calls = ToolCalls(target, agent)
+    made = _Made()
+    return [_function_tool(calls, made, d) for d in await calls.definitions()]
+
+
+class _Made:
+    """Calls run ahead (when the SDK asked whether they need approval), by call id, and what
+    the SDK keeps of a failed result or one with ``meta`` (its custom data)."""
+
+    def __init__(self) -> None:
+        self.ahead: dict[str, asyncio.Future[ToolExecutionResult | Asked]] = {}
+        self.kept: dict[str, dict[str, Any]] = {}
+
+    async def run_ahead(self, calls: ToolCalls, name: str, params: dict[str, Any], call_id: str) -> bool:
+        """Run the call now; whether it needs the SDK's approval (a policy asked)."""
+        made = self.ahead.get(call_id)
+        if made is None:  # asked twice about one call, it still runs once
+            made = self.ahead[call_id] = asyncio.get_running_loop().create_future()
+            try:
+                made.set_result(await calls.call(name, params, call_id=call_id))
+            except BaseException:
+                del self.ahead[call_id]
+                made.cancel()
+                raise
+            self._bound(self.ahead)
+        if isinstance(await made, Asked):
+            self.ahead.pop(call_id, None)
+            return True
+        return False
+
+    def keep(self, result: ToolExecutionResult) -> None:
+        if result.is_error or result.meta is not None:
+            kept = {"call_id": result.call_id, "is_error": bool(result.is_error), "error": result.error,
+                    "meta": result.meta}
+            self.kept[result.call_id] = {"dsh": thaw({k: v for k, v in kept.items() if v is not None})}
+            self._bound(self.kept)
+
+    @staticmethod
+    def _bound(store: dict[str, Any]) -> None:
+        while len(store) > KEPT:
+            store.pop(next(iter(store)))
+
+
+def _function_tool(calls: ToolCalls, made: _Made, definition: ToolDefinition) -> FunctionTool:
+    name = definition.name
+
+    async def needs_approval(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
+        return await made.run_ahead(calls, name, params, call_id)
+
+    async def invoke(ctx: Any, arguments: str) -> str:
+        call_id = ctx.tool_call_id
+        ahead = made.ahead.pop(call_id, None)
+        if ahead is not None:
+            outcome = await ahead
+        else:  # approved through the SDK (it does not ask again), or no framework asks here
+            approved = calls.framework_asks and ctx.is_tool_approved(name, call_id) is True
+            outcome = await calls.call(name, json.loads(arguments or "{}"), call_id=call_id, approved=approved)
+        if isinstance(outcome, Asked):  # not approved by the SDK's flow: nothing ran
+            return f"Error: approval for tool \"{name}\" is required ({outcome.reason or 'asked by policy'})"
+        made.keep(outcome)
+        return outcome.text
+
+    return FunctionTool(name=name, description=definition.description, params_json_schema=object_schema(definition),
+                        on_invoke_tool=invoke, strict_json_schema=False,
+                        needs_approval=needs_approval if calls.framework_asks else False,
+                        custom_data_extractor=lambda data: made.kept.pop(data.tool_context.tool_call_id, None))

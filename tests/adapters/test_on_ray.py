@@ -1,0 +1,138 @@
+"""The adapters over a registry on Ray: the tools run on its executors as the agent, and an
+ask waits in dsh's approval queue (answered here as any process would), for pydantic-ai and
+for the OpenAI Agents SDK. Judged from outside: files the bodies write, what the model was
+shown."""
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+pytest.importorskip("agents")
+
+from dsh_actors import ToolRegistry, ask, define_tool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+T = 60
+
+
+def _write(folder):
+    def write(args, ctx):
+        (folder / args["name"]).write_text(ctx.agent)
+        return [{"type": "text", "text": f"wrote {args['name']}"}]
+    return write
+
+
+@pytest.fixture(scope="module")
+def on_ray(ray_cluster, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("adapters")
+    registry = ToolRegistry.connect(f"adapters-{uuid.uuid4().hex[:8]}")
+    registry.register(define_tool(name="write", description="Write a file.", parameters={"name": {"type": "string"}},
+                                  execute=_write(folder))).result(T)
+    registry.register(define_tool(name="whoami", description="Who answers.", parameters={},
+                                  execute=lambda args, ctx: [{"type": "text", "text": "global"}])).result(T)
+    registry.scope("shadowed").register(define_tool(
+        name="whoami", description="Its own.", parameters={},
+        execute=lambda args, ctx: [{"type": "text", "text": "its own"}])).result(T)
+    registry.on("tools/pre-execute", lambda execution, call_next: ask("writes need a human")
+                if execution.name == "write" else call_next()).result(T)
+    queue = registry.approvals().result(T)
+    try:
+        yield registry, queue, folder
+    finally:
+        registry.shutdown()
+
+
+async def _answer(queue, *verdicts):
+    """Answer the asks in the approval queue as they come, in turn with ``verdicts``."""
+    answered = set()
+    for _ in range(T * 10):
+        for ask_ in await queue.pending():
+            if ask_["id"] not in answered:
+                verdict = verdicts[len(answered)]
+                assert await (queue.allow(ask_["id"]) if verdict == "allow" else queue.reject(ask_["id"]))
+                answered.add(ask_["id"])
+        if len(answered) == len(verdicts):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("not every ask reached the approval queue")
+
+
+def test_a_pydantic_ai_agent_on_a_registry_on_ray(on_ray):
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from dsh_actors.adapters.pydantic_ai import DshToolset
+
+    registry, queue, folder = on_ray
+    shown = {}
+
+    def model(messages, info):
+        returns = [p for p in messages[-1].parts if p.part_kind == "tool-return"]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("write", {"name": f"pa-{k}"}, tool_call_id=f"w{k}")
+                                        for k in (1, 2)] + [ToolCallPart("whoami", {}, tool_call_id="who")])
+        shown.update({p.tool_call_id: (p.outcome, p.content) for p in returns})
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "shadowed")])
+
+    async def run():
+        answers = asyncio.ensure_future(_answer(queue, "allow", "reject"))
+        result = await agent.run("go")
+        await answers
+        return result
+
+    assert asyncio.run(run()).output == "done"
+    assert shown["who"] == ("success", "its own")
+    ran = sorted(p.name for p in folder.glob("pa-*"))
+    assert len(ran) == 1 and (folder / ran[0]).read_text() == "shadowed"  # the allowed one, as the agent
+    refused = "w2" if ran == ["pa-1"] else "w1"
+    assert shown[refused][0] == "failed" and "reject" in shown[refused][1]
+
+
+def test_an_openai_agents_sdk_agent_on_a_registry_on_ray(on_ray):
+    from agents import Agent, Runner, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+    from dsh_actors.adapters.openai_agents import dsh_tools
+
+    set_tracing_disabled(True)
+    registry, queue, folder = on_ray
+    shown = {}
+
+    class Script(Model):
+        async def get_response(self, system_instructions, input, *args, **kwargs):
+            outputs = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+            if not outputs:
+                return ModelResponse(output=[ResponseFunctionToolCall(
+                    type="function_call", name="write", arguments=json.dumps({"name": "oa-1"}), call_id="w1", id="f1"),
+                    ResponseFunctionToolCall(type="function_call", name="whoami", arguments="{}", call_id="who",
+                                             id="f2")], usage=Usage(), response_id=None)
+            shown.update({o["call_id"]: o["output"] for o in outputs})
+            return ModelResponse(output=[ResponseOutputMessage(
+                id="m", type="message", role="assistant", status="completed",
+                content=[ResponseOutputText(type="output_text", text="done", annotations=[])])],
+                usage=Usage(), response_id=None)
+
+        def stream_response(self, *args, **kwargs):
+            raise NotImplementedError
+
+    async def run():
+        agent = Agent(name="plain", model=Script(), tools=await dsh_tools(registry, "plain"))
+        answered = asyncio.ensure_future(_answer(queue, "allow"))
+        result = await Runner.run(agent, "go")
+        await answered
+        return result
+
+    result = asyncio.run(run())
+    assert result.final_output == "done" and not result.interruptions  # on Ray the queue answered, not the SDK
+    assert shown == {"w1": "wrote oa-1", "who": "global"}
+    assert (folder / "oa-1").read_text() == "plain"
