@@ -25,13 +25,21 @@ from typing import Any
 
 from ..core.pipeline import ApprovalRequest, ApprovalSeam
 from ..core.pipeline.chain import settle
+from ..core.jsonvalue import thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
 from ..inmemory import InMemoryRegistry, InMemoryScope
 
-__all__ = ["Asked", "FrameworkApproval", "ToolCalls"]
+__all__ = ["Asked", "FrameworkApproval", "ToolCalls", "kept"]
 
 DEFERRED_REASON = "the call is put to the framework's approval flow"
+
+
+def kept(result: ToolExecutionResult) -> dict[str, Any]:
+    """What a framework keeps of ``result`` beside what its model sees (its metadata, an
+    artifact): ``{"dsh": {call_id, is_error, error?, meta?}}``, plain JSON."""
+    record = {"call_id": result.call_id, "is_error": bool(result.is_error), "error": result.error, "meta": result.meta}
+    return {"dsh": thaw({key: value for key, value in record.items() if value is not None})}
 
 
 @dataclass

@@ -33,9 +33,8 @@ from typing import Any
 from agents import FunctionTool
 
 from ..core.definitions import object_schema
-from ..core.jsonvalue import thaw
 from ..core.types import ToolDefinition, ToolExecutionResult
-from ._calls import Asked, ToolCalls
+from ._calls import Asked, ToolCalls, kept
 
 __all__ = ["dsh_tools"]
 
@@ -79,9 +78,7 @@ class _Made:
 
     def keep(self, result: ToolExecutionResult) -> None:
         if result.is_error or result.meta is not None:
-            kept = {"call_id": result.call_id, "is_error": bool(result.is_error), "error": result.error,
-                    "meta": result.meta}
-            self.kept[result.call_id] = {"dsh": thaw({k: v for k, v in kept.items() if v is not None})}
+            self.kept[result.call_id] = kept(result)
             self._bound(self.kept)
 
     @staticmethod

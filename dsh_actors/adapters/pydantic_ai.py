@@ -29,7 +29,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from ..core.definitions import hints_of, object_schema
-from ._calls import Asked, ToolCalls
+from ._calls import Asked, ToolCalls, kept
 
 __all__ = ["DshToolset"]
 
@@ -64,4 +64,4 @@ class DshToolset(AbstractToolset[Any]):
             if code == "INVALID_ARGS":
                 raise ModelRetry(outcome.text)
             raise ToolFailed(outcome.text)
-        return ToolReturn(return_value=outcome.text, metadata={"dsh": {"call_id": outcome.call_id, "meta": outcome.meta}})
+        return ToolReturn(return_value=outcome.text, metadata=kept(outcome))
