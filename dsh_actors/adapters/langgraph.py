@@ -24,7 +24,7 @@ one node are matched to their answers by their order.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.tools import BaseTool, ToolException
 from langgraph.types import interrupt
@@ -55,7 +55,7 @@ class DshTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     calls: ToolCalls
     handle_tool_error: bool = True
-    response_format: str = "content_and_artifact"
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
 
     @classmethod
     def of(cls, calls: ToolCalls, definition: ToolDefinition) -> DshTool:
