@@ -18,3 +18,10 @@ def replace(script: str, old: str, new: str) -> str:
     """``script`` with ``old`` replaced by ``new``; ``old`` must be there (the README changed otherwise)."""
     assert old in script, f"the walk-through no longer has {old!r}:\n{script}"
     return script.replace(old, new)
+
+
+def python_block(heading: str) -> str:
+    """The first python block under ``### <heading>``."""
+    match = re.search(rf"### {re.escape(heading)}\n.*?```python\n(.*?)```", README, re.S)
+    assert match, f"the README has no python block under {heading!r}"
+    return match.group(1)

@@ -38,8 +38,8 @@ from .requester import CHECK_S, requester, still_there
 from .revive import kept_actor_async
 from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
-__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment", "env_id_of",
-           "end_environment", "start_environment"]
+__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment",
+           "connect_environment", "end_environment", "env_id_of", "start_environment"]
 
 log = logging.getLogger("dsh_actors.runtime")
 
@@ -191,6 +191,18 @@ async def end_environment(session_id: str) -> None:
             await _ask_host(node, DEFAULT_NAMESPACE, "end", env_id_of(session_id))
         except ACTOR_GONE:
             pass  # the host died: its environments with it
+
+
+async def connect_environment(session_id: str) -> Environment:
+    """A client of the environment of ``session_id`` on this process's node (started by
+    :func:`start_environment`)."""
+    node = this_node()
+    found = None if node is None else await _ask_host(node, DEFAULT_NAMESPACE, "address", env_id_of(session_id))
+    if found is None:
+        raise EnvironmentGoneError(f"no environment of session {session_id!r} runs on this node")
+    from ..envs.native import connect
+
+    return connect(found[0])
 
 
 @contextlib.asynccontextmanager

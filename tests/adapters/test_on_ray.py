@@ -4,7 +4,6 @@ for the OpenAI Agents SDK. Judged from outside: files the bodies write, what the
 shown."""
 
 import asyncio
-import json
 import uuid
 
 import pytest
@@ -97,36 +96,16 @@ def test_a_pydantic_ai_agent_on_a_registry_on_ray(on_ray):
 
 def test_an_openai_agents_sdk_agent_on_a_registry_on_ray(on_ray):
     from agents import Agent, Runner, set_tracing_disabled
-    from agents.items import ModelResponse
-    from agents.models.interface import Model
-    from agents.usage import Usage
-    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
     from dsh_actors.adapters.openai_agents import dsh_tools
+    from tests.adapters.agents_sdk import ScriptedModel
 
     set_tracing_disabled(True)
     registry, queue, folder = on_ray
-    shown = {}
-
-    class Script(Model):
-        async def get_response(self, system_instructions, input, *args, **kwargs):
-            outputs = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-            if not outputs:
-                return ModelResponse(output=[ResponseFunctionToolCall(
-                    type="function_call", name="write", arguments=json.dumps({"name": "oa-1"}), call_id="w1", id="f1"),
-                    ResponseFunctionToolCall(type="function_call", name="whoami", arguments="{}", call_id="who",
-                                             id="f2")], usage=Usage(), response_id=None)
-            shown.update({o["call_id"]: o["output"] for o in outputs})
-            return ModelResponse(output=[ResponseOutputMessage(
-                id="m", type="message", role="assistant", status="completed",
-                content=[ResponseOutputText(type="output_text", text="done", annotations=[])])],
-                usage=Usage(), response_id=None)
-
-        def stream_response(self, *args, **kwargs):
-            raise NotImplementedError
+    model = ScriptedModel([("write", {"name": "oa-1"}, "w1"), ("whoami", {}, "who")])
 
     async def run():
-        agent = Agent(name="plain", model=Script(), tools=await dsh_tools(registry, "plain"))
+        agent = Agent(name="plain", model=model, tools=await dsh_tools(registry, "plain"))
         answered = asyncio.ensure_future(_answer(queue, "allow"))
         result = await Runner.run(agent, "go")
         await answered
@@ -134,5 +113,27 @@ def test_an_openai_agents_sdk_agent_on_a_registry_on_ray(on_ray):
 
     result = asyncio.run(run())
     assert result.final_output == "done" and not result.interruptions  # on Ray the queue answered, not the SDK
-    assert shown == {"w1": "wrote oa-1", "who": "global"}
+    assert model.shown == {"w1": "wrote oa-1", "who": "global"}
     assert (folder / "oa-1").read_text() == "plain"
+
+
+def test_an_inspect_sandbox_with_ray_running_is_started_by_the_nodes_environment_host(on_ray, tmp_path):
+    pytest.importorskip("inspect_ai")
+    from dsh_actors.adapters.inspect_ai import DshSandboxConfig, DshSandboxEnvironment
+    from dsh_actors.runtime.envhost import _ask_host
+    from dsh_actors.runtime.local import this_node
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE
+
+    async def sample():
+        made = await DshSandboxEnvironment.sample_init("on-ray", DshSandboxConfig(root=str(tmp_path)), {})
+        running = await _ask_host(this_node(), DEFAULT_NAMESPACE, "running")
+        try:
+            result = await made["default"].exec(["sh", "-c", "echo $(id -u) > uid; cat uid"])
+        finally:
+            await DshSandboxEnvironment.sample_cleanup("on-ray", None, made, interrupted=True)
+        return running, result, await _ask_host(this_node(), DEFAULT_NAMESPACE, "running")
+
+    running, result, after = asyncio.run(sample())
+    assert [e for e in running if e.startswith("inspect_on-ray")] and result.success
+    assert not [e for e in after if e.startswith("inspect_on-ray")]  # the host ended it with the sample
+    assert list(tmp_path.iterdir()) == []

@@ -1,24 +1,19 @@
 """dsh tools in an OpenAI Agents SDK agent (dsh_actors/adapters/openai_agents.py), driven by a
-scripted model of the SDK's own Model interface (the SDK's tests do the same; it ships no
-fake model), in one process: each call through the registry's pipeline, a denial shown as the
+scripted model of the SDK's own Model interface (tests/adapters/agents_sdk.py), in one process: each call through the registry's pipeline, a denial shown as the
 SDK shows a failed tool, an ask answered through the SDK's tool approvals, a tool shadowed
 for one agent. Judged from outside: files the bodies write, what the model was shown, what the
 registry's observers heard."""
 
 import asyncio
-import json
 
 import pytest
 
 pytest.importorskip("agents")
 
 from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
 from dsh_actors.adapters.openai_agents import dsh_tools  # noqa: E402
+from tests.adapters.agents_sdk import ScriptedModel  # noqa: E402
 from tests.adapters.test_pydantic_ai import _registry  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,35 +21,14 @@ pytestmark = pytest.mark.timeout(60)
 set_tracing_disabled(True)  # the SDK would send its traces to OpenAI
 
 
-class _Script(Model):
-    """Four calls at once, then an answer; remembers what each turn was shown."""
-
-    def __init__(self):
-        self.shown, self.tools = {}, None
-
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
-                           **_):
-        outputs = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        if not outputs:
-            self.tools = sorted(t.name for t in tools)
-            calls = [("add", {"a": 2, "b": 3}, "c-add"), ("rm", {"name": "keep.txt"}, "c-rm"),
-                     ("whoami", {}, "c-who"), ("write", {"name": "out.txt"}, "c-write")]
-            return ModelResponse(output=[ResponseFunctionToolCall(type="function_call", name=n, arguments=json.dumps(a),
-                                                                  call_id=c, id=f"fc-{c}") for n, a, c in calls],
-                                 usage=Usage(), response_id=None)
-        self.shown = {o["call_id"]: o["output"] for o in outputs}
-        return ModelResponse(output=[ResponseOutputMessage(
-            id="m1", type="message", role="assistant", status="completed",
-            content=[ResponseOutputText(type="output_text", text="done", annotations=[])])], usage=Usage(), response_id=None)
-
-    def stream_response(self, *args, **kwargs):
-        raise NotImplementedError
+CALLS = [("add", {"a": 2, "b": 3}, "c-add"), ("rm", {"name": "keep.txt"}, "c-rm"), ("whoami", {}, "c-who"),
+         ("write", {"name": "out.txt"}, "c-write")]
 
 
 def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_the_sdks_approvals(tmp_path):
     registry, heard = _registry(tmp_path)
     (tmp_path / "keep.txt").write_text("precious")
-    model = _Script()
+    model = ScriptedModel(CALLS)
 
     async def run():
         agent = Agent(name="alice", model=model, tools=await dsh_tools(registry, "alice"))
@@ -83,7 +57,7 @@ def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_the_sdks_ap
 
 def test_a_rejected_approval_never_runs_the_call(tmp_path):
     registry, _ = _registry(tmp_path)
-    model = _Script()
+    model = ScriptedModel(CALLS)
 
     async def run():
         agent = Agent(name="bob", model=model, tools=await dsh_tools(registry, "bob"))
