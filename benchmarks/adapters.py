@@ -3,8 +3,9 @@ the same plain function tool itself.
 
 Run: ``python benchmarks/adapters.py [--calls N] [--rounds N]``. Writes to RESULTS.md (section
 ``adapters``). For each framework, one agent run whose scripted model (the framework's own
-test kind: pydantic-ai's ``FunctionModel``, a model of the Agents SDK's ``Model`` interface)
-makes ``--calls`` calls of ``add`` in one turn, then answers: (a) ``add`` as the framework's
+test kind: pydantic-ai's ``FunctionModel``, a model of the Agents SDK's ``Model`` interface;
+for LangGraph, a model node of the graph's own) makes ``--calls`` calls of ``add`` in one turn
+(a ``ToolNode`` runs LangGraph's), then answers: (a) ``add`` as the framework's
 own function tool, (b) the same function registered in an ``InMemoryRegistry`` and given to
 the agent through the adapter (the pipeline with no listeners, as an agent's scope). Per call:
 (run time) / calls, median of interleaved rounds; the difference is the adapter's cost,
@@ -84,7 +85,36 @@ def openai_agents_runs(calls: int):
 
     plain = Agent(name="plain", model=Script(), tools=[function_tool(add)])
     adapted = Agent(name="adapted", model=Script(), tools=asyncio.run(dsh_tools(registry(), "bench")))
-    return {"plain function tool": lambda: Runner.run(plain, "go"), "dsh adapter": lambda: Runner.run(adapted, "go")}
+    queued = Agent(name="queued", model=Script(), tools=asyncio.run(dsh_tools(registry(), "bench", sdk_approvals=False)))
+    return {"plain function tool": lambda: Runner.run(plain, "go"), "dsh adapter": lambda: Runner.run(adapted, "go"),
+            "dsh adapter, sdk_approvals=False": lambda: Runner.run(queued, "go")}
+
+
+def langgraph_runs(calls: int):
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from dsh_actors.adapters.langgraph import dsh_tools
+
+    def graph(tools):
+        async def call_model(state):
+            if any(m.type == "tool" for m in state["messages"]):
+                return {"messages": [AIMessage(content="done")]}
+            return {"messages": [AIMessage(content="", tool_calls=[
+                {"name": "add", "args": {"a": k, "b": 1}, "id": f"c{k}", "type": "tool_call"} for k in range(calls)])]}
+
+        made = StateGraph(MessagesState)
+        made.add_node("model", call_model)
+        made.add_node("tools", ToolNode(tools))
+        made.add_edge(START, "model")
+        made.add_conditional_edges("model", tools_condition)
+        made.add_edge("tools", "model")
+        compiled = made.compile()
+        return lambda: compiled.ainvoke({"messages": [HumanMessage("go")]})
+
+    return {"plain function tool": graph([tool(add)]), "dsh adapter": graph(asyncio.run(dsh_tools(registry(), "bench")))}
 
 
 def measure(runs, calls: int, rounds: int) -> dict[str, tuple[float, float]]:
@@ -118,7 +148,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=41)
     args = parser.parse_args()
     rows = []
-    for framework, make in (("pydantic-ai", pydantic_ai_runs), ("OpenAI Agents SDK", openai_agents_runs)):
+    for framework, make in (("pydantic-ai", pydantic_ai_runs), ("OpenAI Agents SDK", openai_agents_runs),
+                            ("LangGraph", langgraph_runs)):
         result = measure(make(args.calls), args.calls, args.rounds)
         base = result["plain function tool"][0]
         for label, (per_call, added) in result.items():
@@ -130,7 +161,9 @@ def main() -> None:
              f"then answers; µs per call is the run's CPU time / {args.calls}; medians of {args.rounds} interleaved "
              "rounds, the added µs the median of each round's difference to the plain tool's. The adapter's rows "
              "run each call through an InMemoryRegistry's pipeline as the agent (no listeners) and map its result "
-             "to the framework's form; the goal is at most 50 µs added.")
+             "to the framework's form; the goal is at most 50 µs added. With the Agents SDK, a tool whose "
+             "approval is decided per call (how an ask reaches the SDK's approvals) takes a longer path "
+             "through the SDK; `sdk_approvals=False` leaves asks to the registry's own seam.")
     write_section("adapters", "Adapters: added cost per call in one process", body)
 
 

@@ -28,6 +28,7 @@ from ..core.pipeline.chain import settle
 from ..core.jsonvalue import thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
+from ..log.events import tool_result_event
 from ..inmemory import InMemoryRegistry, InMemoryScope
 
 __all__ = ["Asked", "FrameworkApproval", "ToolCalls", "kept"]
@@ -83,15 +84,19 @@ class FrameworkApproval:
 class ToolCalls:
     """``agent``'s tools in ``target`` (an :class:`~dsh_actors.InMemoryRegistry` or one of its
     scopes, a :class:`~dsh_actors.runtime.ToolRegistry` or an ``AgentScope``), as an adapter
-    lists and calls them."""
+    lists and calls them. ``log``: the agent's session log (a
+    :class:`~dsh_actors.runtime.session.client.SessionLog`, or anything with ``append(event)``),
+    where each call's result is recorded as a ``tool/result``, as the batch job records a step.
+    ``framework_asks``: put asks to the framework where it can answer them (in this process);
+    ``False``: to the registry's own seam, always."""
 
-    def __init__(self, target: Any, agent: str | None = None) -> None:
+    def __init__(self, target: Any, agent: str | None = None, *, log: Any = None, framework_asks: bool = True) -> None:
         if agent is not None and hasattr(target, "scope"):
             target = target.scope(agent)
-        self.target = target
+        self.target, self.log = target, log
         self.agent: str | None = getattr(target, "agent_id", agent)
         registry = target._registry if isinstance(target, InMemoryScope) else target
-        self.framework_asks = isinstance(registry, InMemoryRegistry)
+        self.framework_asks = framework_asks and isinstance(registry, InMemoryRegistry)
         if self.framework_asks and not isinstance(registry.state.approval, FrameworkApproval):
             registry.set_approval(FrameworkApproval(registry.state.approval))
 
@@ -116,4 +121,8 @@ class ToolCalls:
             raise
         finally:
             _ASKING.reset(token)
-        return Asked(asking.reason) if asking.asked else result
+        if asking.asked:
+            return Asked(asking.reason)
+        if self.log is not None:
+            await settle(self.log.append(tool_result_event(arguments, name, result)))
+        return result

@@ -37,10 +37,11 @@ from ._calls import Asked, ToolCalls, kept
 __all__ = ["DshTool", "dsh_tools"]
 
 
-async def dsh_tools(target: Any, agent: str | None = None) -> list[DshTool]:
+async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None) -> list[DshTool]:
     """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this
-    process or on Ray) as LangChain tools."""
-    calls = ToolCalls(target, agent)
+    process or on Ray) as LangChain tools; ``log``: its session log, holding every call's
+    result."""
+    calls = ToolCalls(target, agent, log=log)
     return [DshTool.of(calls, d) for d in await calls.definitions()]
 
 

@@ -43,10 +43,13 @@ KEPT = 1024
 the approval question and the invocation leaves one behind)."""
 
 
-async def dsh_tools(target: Any, agent: str | None = None) -> list[FunctionTool]:
+async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None,
+                    sdk_approvals: bool = True) -> list[FunctionTool]:
     """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this
-    process or on Ray) as the SDK's function tools."""
-    calls = ToolCalls(target, agent)
+    process or on Ray) as the SDK's function tools; ``log``: its session log, holding every
+    call's result. ``sdk_approvals=False``: asks go to the registry's own approval seam even
+    in this process (the SDK's approval question costs about 40 µs a call: benchmarks)."""
+    calls = ToolCalls(target, agent, log=log, framework_asks=sdk_approvals)
     made = _Made()
     return [_function_tool(calls, made, d) for d in await calls.definitions()]
 

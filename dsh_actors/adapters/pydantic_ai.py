@@ -40,8 +40,9 @@ class DshToolset(AbstractToolset[Any]):
     """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this process
     or on Ray) as a pydantic-ai toolset, listed afresh at each run step."""
 
-    def __init__(self, target: Any, agent: str | None = None, *, id: str | None = None, max_retries: int = 1) -> None:
-        self.calls = ToolCalls(target, agent)
+    def __init__(self, target: Any, agent: str | None = None, *, id: str | None = None, max_retries: int = 1,
+                 log: Any = None) -> None:
+        self.calls = ToolCalls(target, agent, log=log)
         self._id, self.max_retries = id, max_retries
 
     @property

@@ -78,15 +78,22 @@ def test_a_pydantic_ai_agent_on_a_registry_on_ray(on_ray):
         shown.update({p.tool_call_id: (p.outcome, p.content) for p in returns})
         return ModelResponse(parts=[TextPart("done")])
 
-    agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "shadowed")])
-
     async def run():
+        from dsh_actors.runtime.session.client import SessionLog
+
+        log = await SessionLog.open_async(registry.session_id("shadowed"), str(folder / "shadowed.log"))
+        agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "shadowed", log=log)])
         answers = asyncio.ensure_future(_answer(queue, "allow", "reject"))
         result = await agent.run("go")
         await answers
         return result
 
     assert asyncio.run(run()).output == "done"
+    from dsh_actors.log import read_records
+
+    logged = {e["call_id"]: e for e in read_records(str(folder / "shadowed.log")) if e.get("type") == "tool/result"}
+    assert sorted(logged) == ["w1", "w2", "who"]  # the session log holds every call
+    assert logged["who"]["content"] == [{"type": "text", "text": "its own"}]
     assert shown["who"] == ("success", "its own")
     ran = sorted(p.name for p in folder.glob("pa-*"))
     assert len(ran) == 1 and (folder / ran[0]).read_text() == "shadowed"  # the allowed one, as the agent

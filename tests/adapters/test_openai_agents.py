@@ -69,3 +69,24 @@ def test_a_rejected_approval_never_runs_the_call(tmp_path):
     assert asyncio.run(run()).final_output == "done"
     assert not (tmp_path / "out.txt").exists()
     assert model.shown["c-who"] == "the global one"  # bob has no shadow
+
+
+def test_without_sdk_approvals_an_ask_goes_to_the_registrys_own_seam(tmp_path):
+    registry, _ = _registry(tmp_path)
+    asked = []
+
+    class Allows:
+        def request(self, request):
+            asked.append((request.tool_name, request.reason))
+            return "allowed-once"
+
+    registry.set_approval(Allows())
+    model = ScriptedModel(CALLS)
+
+    async def run():
+        agent = Agent(name="carol", model=model, tools=await dsh_tools(registry, "carol", sdk_approvals=False))
+        return await Runner.run(agent, "go")
+
+    result = asyncio.run(run())
+    assert result.final_output == "done" and not result.interruptions
+    assert asked == [("write", "writes need a human")] and (tmp_path / "out.txt").read_text() == "carol"

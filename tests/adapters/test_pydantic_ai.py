@@ -53,6 +53,13 @@ def _registry(folder):
     return registry, heard
 
 
+class _Appended:
+    """A session log as the adapters take one: anything with ``append(event)``."""
+
+    def __init__(self, events):
+        self.append = events.append
+
+
 class _Script:
     """A model that makes four calls at once, then answers with what it was shown."""
 
@@ -74,8 +81,8 @@ class _Script:
 def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_deferred_tool_calls(tmp_path):
     registry, heard = _registry(tmp_path)
     (tmp_path / "keep.txt").write_text("precious")
-    script = _Script()
-    agent = Agent(FunctionModel(script), toolsets=[DshToolset(registry, "alice")],
+    script, log = _Script(), []
+    agent = Agent(FunctionModel(script), toolsets=[DshToolset(registry, "alice", log=_Appended(log))],
                   output_type=[str, DeferredToolRequests])
 
     first = asyncio.run(agent.run("go"))
@@ -96,6 +103,8 @@ def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_deferred_to
     assert shown["write"] == ("success", "wrote out.txt")
     assert shown["rm"] == ("failed", "Error: deleting is not allowed here")  # pydantic-ai's failed tool
     assert script.tools == ["add", "rm", "whoami", "write"]
+    assert sorted((e["name"], e["is_error"]) for e in log) == [("add", False), ("rm", True), ("whoami", False),
+                                                                ("write", False)]  # the log: each call's result
     # Every call was heard once: the ask's first attempt (denied, nothing ran), then its run.
     assert sorted(heard) == sorted([("add", False), ("rm", True), ("whoami", False), ("write", True),
                                     ("write", False)])
