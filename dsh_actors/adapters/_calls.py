@@ -23,17 +23,24 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import error_result
 from ..core.pipeline import ApprovalRequest, ApprovalSeam
 from ..core.pipeline.chain import settle
 from ..core.jsonvalue import thaw
 from ..core.signal import AbortController
 from ..core.types import ToolDefinition, ToolExecutionResult
 from ..log.events import tool_result_event
+from ..runtime.errors import AskLostError, WorkerCrashedError
+from ..runtime.registry.asking import AskingCalls
 from ..inmemory import InMemoryRegistry, InMemoryScope
 
 __all__ = ["Asked", "FrameworkApproval", "ToolCalls", "kept"]
 
-DEFERRED_REASON = "the call is put to the framework's approval flow"
+_LOST = {
+    "unknown": "no call waits for this approval (answered already, or asked in another process); call the tool again",
+    "late": "the approved call did not end in time; its result is lost",
+    "gone": "the registry's approval queue is gone, and the call waiting for this approval with it; call the tool again",
+}
 
 
 def kept(result: ToolExecutionResult) -> dict[str, Any]:
@@ -87,18 +94,25 @@ class ToolCalls:
     lists and calls them. ``log``: the agent's session log (a
     :class:`~dsh_actors.runtime.session.client.SessionLog`, or anything with ``append(event)``),
     where each call's result is recorded as a ``tool/result``, as the batch job records a step.
-    ``framework_asks``: put asks to the framework where it can answer them (in this process);
-    ``False``: to the registry's own seam, always."""
+    ``framework_asks``: put asks to the framework (``False``: to the registry's own seam — on
+    Ray its approval queue, answered from any process). ``ask_ttl_s``: on Ray, how long a call
+    asked of the framework waits for its answer (then its ask is cancelled: nothing runs)."""
 
-    def __init__(self, target: Any, agent: str | None = None, *, log: Any = None, framework_asks: bool = True) -> None:
+    def __init__(self, target: Any, agent: str | None = None, *, log: Any = None, framework_asks: bool = True,
+                 ask_ttl_s: float = 600.0) -> None:
         if agent is not None and hasattr(target, "scope"):
             target = target.scope(agent)
         self.target, self.log = target, log
         self.agent: str | None = getattr(target, "agent_id", agent)
-        registry = target._registry if isinstance(target, InMemoryScope) else target
-        self.framework_asks = framework_asks and isinstance(registry, InMemoryRegistry)
-        if self.framework_asks and not isinstance(registry.state.approval, FrameworkApproval):
-            registry.set_approval(FrameworkApproval(registry.state.approval))
+        registry: Any = target._registry if isinstance(target, InMemoryScope) else getattr(target, "registry", target)
+        self.framework_asks = framework_asks
+        self.asking: AskingCalls | None = None  # on Ray: the calls asked of the framework, held here
+        self._asks: dict[str, str] = {}  # call id -> the id of its ask, held here
+        if framework_asks and isinstance(registry, InMemoryRegistry):
+            if not isinstance(registry.state.approval, FrameworkApproval):
+                registry.set_approval(FrameworkApproval(registry.state.approval))
+        elif framework_asks:
+            self.asking = AskingCalls(registry.name, registry.namespace, ttl_s=ask_ttl_s)
 
     async def definitions(self) -> list[ToolDefinition]:
         """The tools the agent sees now (its shadows and restrictions applied)."""
@@ -109,20 +123,58 @@ class ToolCalls:
         """Run one call as the agent: its result (an ``is_error`` one included), or
         :class:`Asked` when the framework's approval is needed first. ``approved``: the
         framework approved this call (a retry after its approval flow)."""
-        controller = AbortController()
+        call_id = call_id or f"call-{uuid.uuid4().hex[:12]}"
+        if self.asking is not None:
+            outcome = await self._on_ray(name, arguments, call_id, approved)
+        else:
+            outcome = await self._here(name, arguments, call_id, approved)
+        if self.log is not None and not isinstance(outcome, Asked):
+            await settle(self.log.append(tool_result_event(arguments, name, outcome)))
+        return outcome
+
+    async def reject(self, call_id: str) -> None:
+        """The framework rejected the call: its ask, held here on Ray, is answered so (in this
+        process the call did not wait: nothing to do)."""
+        ask_id = self._asks.pop(call_id, None)
+        if ask_id is not None and self.asking is not None:
+            await self.asking.answer(call_id, ask_id, "rejected")
+
+    async def _here(self, name: str, arguments: Any, call_id: str, approved: bool) -> ToolExecutionResult | Asked:
         asking = _Asking(approved)
         token = _ASKING.set(asking if self.framework_asks else None)
         try:
-            result = await settle(self.target.execute(
-                call_id=call_id or f"call-{uuid.uuid4().hex[:12]}", name=name, arguments=arguments,
-                signal=controller.signal))
+            result = await self._execute(name, arguments, call_id)
+        finally:
+            _ASKING.reset(token)
+        return Asked(asking.reason) if asking.asked else result
+
+    async def _on_ray(self, name: str, arguments: Any, call_id: str, approved: bool) -> ToolExecutionResult | Asked:
+        """A call on Ray whose ask goes to the framework: asked, it waits here (held) for the
+        framework's answer, which the framework's approved retry gives; approved without an ask
+        held here (the call asked again, or this process is not the one that asked), it runs
+        and any ask of it is answered at once."""
+        assert self.asking is not None
+        held = self._asks.pop(call_id, None) if approved else None
+        if held is None:
+            kind, value = await self.asking.run_or_ask(call_id, self._execute(name, arguments, call_id))
+            if kind == "done":
+                return ToolExecutionResult(value)
+            if not approved:
+                self._asks[call_id] = value["id"]
+                return Asked(value.get("reason"))
+            held = value["id"]
+        status, value = await self.asking.answer(call_id, held, "allowed-once")
+        if status == "done":
+            return ToolExecutionResult(value)
+        lost = (WorkerCrashedError("the process holding the call died before it ended; call the tool again")
+                if status == "died" else AskLostError(_LOST[status]))
+        return ToolExecutionResult({**error_result(lost), "call_id": call_id})
+
+    async def _execute(self, name: str, arguments: Any, call_id: str) -> ToolExecutionResult:
+        controller = AbortController()
+        try:
+            return await settle(self.target.execute(call_id=call_id, name=name, arguments=arguments,
+                                                    signal=controller.signal))
         except asyncio.CancelledError:  # the body was cancelled with it: whatever else listens hears it
             controller.abort("the framework cancelled the call")
             raise
-        finally:
-            _ASKING.reset(token)
-        if asking.asked:
-            return Asked(asking.reason)
-        if self.log is not None:
-            await settle(self.log.append(tool_result_event(arguments, name, result)))
-        return result

@@ -14,8 +14,9 @@ A call policy answers ``ask`` is put to the graph's human through LangGraph's ``
 (the graph needs a checkpointer): the interrupt's value is ``{"dsh_ask": {"tool", "args",
 "call_id", "reason"}}``, and ``Command(resume=True)`` (or ``{"type": "approve"}``, as
 LangChain's human-in-the-loop middleware answers) runs the call as the node runs again;
-anything else rejects it — in this process through an ``InMemoryRegistry``; on Ray the ask
-waits in dsh's approval queue instead. The tools are the visible set when :func:`dsh_tools`
+anything else rejects it. On Ray the call waits for that answer in this process, its ask in
+the registry's approval queue (which the registry needs: ``registry.approvals()``);
+``framework_asks=False`` leaves asks to that queue's answerers instead. The tools are the visible set when :func:`dsh_tools`
 was awaited. Cancelling the graph's task aborts the call's signal. Prefer a ``ToolNode`` that
 runs each call as its own task (``create_react_agent(..., version="v2")``): several asks in
 one node are matched to their answers by their order.
@@ -37,11 +38,12 @@ from ._calls import Asked, ToolCalls, kept
 __all__ = ["DshTool", "dsh_tools"]
 
 
-async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None) -> list[DshTool]:
+async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None,
+                    framework_asks: bool = True) -> list[DshTool]:
     """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this
     process or on Ray) as LangChain tools; ``log``: its session log, holding every call's
     result."""
-    calls = ToolCalls(target, agent, log=log)
+    calls = ToolCalls(target, agent, log=log, framework_asks=framework_asks)
     return [DshTool.of(calls, d) for d in await calls.definitions()]
 
 
@@ -76,6 +78,7 @@ class DshTool(BaseTool):
             answer = interrupt({"dsh_ask": {"tool": self.name, "args": arguments, "call_id": call_id,
                                             "reason": outcome.reason}})
             if not _approves(answer):
+                await self.calls.reject(call_id or "")
                 raise ToolException(f'Error: approval for tool "{self.name}" was rejected')
             outcome = await self.calls.call(self.name, arguments, call_id=call_id, approved=True)
             if isinstance(outcome, Asked):  # not reached: an approved call is allowed once

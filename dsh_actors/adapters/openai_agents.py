@@ -12,8 +12,9 @@ model sees (the SDK's form for a failed tool); ``is_error``, the error (its code
 ``meta``, where a result has them, are the tool output's custom data (``{"dsh": ...}``). A call policy answers ``ask`` goes through the SDK's
 tool approvals: the run stops with the call in ``result.interruptions``;
 ``state = result.to_state(); state.approve(item)`` (or ``reject``) and ``Runner.run(agent,
-state)`` runs it or tells the model it was rejected — in this process through an
-``InMemoryRegistry``; on Ray the ask waits in dsh's approval queue instead.
+state)`` runs it or tells the model it was rejected. On Ray the call waits for that answer in
+this process, its ask in the registry's approval queue (which the registry needs:
+``registry.approvals()``; a rejected call's ask is cancelled after ``ask_ttl_s``).
 
 How an ask is found before the SDK runs a tool: the SDK decides whether a call needs approval
 (``needs_approval``) before it invokes it, and only the pipeline knows whether its policies
@@ -43,13 +44,14 @@ KEPT = 1024
 the approval question and the invocation leaves one behind)."""
 
 
-async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None,
-                    sdk_approvals: bool = True) -> list[FunctionTool]:
+async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None, sdk_approvals: bool = True,
+                    ask_ttl_s: float = 600.0) -> list[FunctionTool]:
     """``agent``'s visible tools in ``target`` (a registry or an agent's scope, in this
     process or on Ray) as the SDK's function tools; ``log``: its session log, holding every
-    call's result. ``sdk_approvals=False``: asks go to the registry's own approval seam even
-    in this process (the SDK's approval question costs about 40 µs a call: benchmarks)."""
-    calls = ToolCalls(target, agent, log=log, framework_asks=sdk_approvals)
+    call's result. ``sdk_approvals=False``: asks go to the registry's own approval seam (on
+    Ray its approval queue, answered from any process), and the SDK is not asked whether
+    each call needs approval (that question costs about 40 µs a call: benchmarks)."""
+    calls = ToolCalls(target, agent, log=log, framework_asks=sdk_approvals, ask_ttl_s=ask_ttl_s)
     made = _Made()
     return [_function_tool(calls, made, d) for d in await calls.definitions()]
 

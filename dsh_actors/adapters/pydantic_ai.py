@@ -12,8 +12,10 @@ as pydantic-ai shows a failed tool (``ToolFailed``; arguments the tool refused a
 ``ModelRetry``, so the model corrects them). A call policy answers ``ask`` becomes one of
 pydantic-ai's deferred tool calls (``ApprovalRequired``): the run ends with
 ``DeferredToolRequests``, and the run resumed with ``DeferredToolResults(approvals=...)`` runs
-it (approved) or tells the model it was denied — in this process through an
-``InMemoryRegistry``; on Ray the ask waits in dsh's approval queue instead. Cancelling the
+it (approved) or tells the model it was denied. On Ray the call waits for that answer in this
+process, its ask in the registry's approval queue (which the registry needs:
+``registry.approvals()``; a denied call's ask is cancelled after ``ask_ttl_s``);
+``framework_asks=False`` leaves asks to that queue's answerers instead. Cancelling the
 run (or a tool timeout of pydantic-ai's) aborts the call's signal. A result's ``meta`` and
 call id are the ``ToolReturn``'s metadata (``{"dsh": ...}``), not shown to the model.
 """
@@ -41,8 +43,8 @@ class DshToolset(AbstractToolset[Any]):
     or on Ray) as a pydantic-ai toolset, listed afresh at each run step."""
 
     def __init__(self, target: Any, agent: str | None = None, *, id: str | None = None, max_retries: int = 1,
-                 log: Any = None) -> None:
-        self.calls = ToolCalls(target, agent, log=log)
+                 log: Any = None, framework_asks: bool = True, ask_ttl_s: float = 600.0) -> None:
+        self.calls = ToolCalls(target, agent, log=log, framework_asks=framework_asks, ask_ttl_s=ask_ttl_s)
         self._id, self.max_retries = id, max_retries
 
     @property

@@ -139,6 +139,13 @@ class WorkerCrashedError(HarnessError):
     code = "WORKER_CRASHED"
 
 
+class AskLostError(HarnessError):
+    """A call asked of its caller's own flow (an agent framework's approval) is no longer
+    held: answered already, never held by this process, or its approval queue is gone."""
+
+    code = "ASK_LOST"
+
+
 class ObjectLostError(HarnessError):
     """A value the call needed (its plan, its result) was lost from the object store."""
 

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import mcp_types as types
 
 from ..core.registry import RUN_CODE
+from ..runtime.registry.asking import AskingCalls
 from . import asks
 from .access import Grants, TokenGate, bearer_of, digest
 from .mcp_mapping import listed, mcp_result, unlisted
@@ -126,8 +127,7 @@ class _Calls:
         self.config = config
         self.registry = ToolRegistry(config.registry, config.namespace)  # joins the running one when first asked
         self.logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
-        self.held: set[asyncio.Task[None]] = set()
-        self._queue: Any = None
+        self.asking = AskingCalls(config.registry, config.namespace, ttl_s=config.ask_ttl_s)
         self._mode: str | None = None
 
     async def mode(self) -> str:
@@ -168,58 +168,13 @@ class _Calls:
 
     async def queue(self) -> Any:
         """The registry's approval queue actor, or ``None`` when it has none mounted."""
-        if self._queue is None:
-            from ..runtime.registry.approval import ApprovalQueue
-
-            try:
-                self._queue = await ApprovalQueue(self.config.registry, self.config.namespace).actor()
-            except ValueError:
-                return None
-        return self._queue
+        return await self.asking.queue()
 
     async def run_or_ask(self, agent: str, call: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
         """Run the call; should its policy ask, answer with the question instead and hold
         the call (it goes on waiting for its ask) until the client's retry collects it."""
-        from ..runtime.requester import requester
-
-        queue = await self.queue()
-        if queue is None:
-            return mcp_result(await self.run(agent, call))
-        call_id = call["call_id"]
-        execution = asyncio.ensure_future(self.run(agent, call))
-        watch = asyncio.ensure_future(_awaited(queue.ask_of.remote(call_id, requester())))
-        try:
-            await asyncio.wait({execution, watch}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            execution.cancel()
-            watch.cancel()
-            queue.forget.remote(call_id)
-            raise
-        ask = watch.result() if watch.done() and watch.exception() is None else None
-        if execution.done() or ask is None:
-            watch.cancel()
-            queue.forget.remote(call_id)
-            if not watch.done() or watch.exception() is not None:
-                self._queue = None  # it may have died: found again next time
-            return mcp_result(await execution)
-        task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], execution))
-        self.held.add(task)
-        task.add_done_callback(self.held.discard)
-        return asks.question(agent, call_id, ask)
-
-    async def _hold(self, queue: Any, call_id: str, ask_id: str, execution: asyncio.Future[Any]) -> None:
-        from ..core.errors import error_result
-        from ..core.within import within
-
-        try:
-            try:
-                result = dict(await within(asyncio.shield(execution), self.config.ask_ttl_s))
-            except TimeoutError:  # the client never answered: its ask is cancelled, the call ends
-                queue.cancel.remote(ask_id)
-                result = dict(await execution)
-        except Exception as exc:  # noqa: BLE001 - the client gets it as the call's error
-            result = {**error_result(exc), "call_id": call_id}
-        await queue.deposit.remote(call_id, result)
+        kind, value = await self.asking.run_or_ask(call["call_id"], self.run(agent, call))
+        return mcp_result(value) if kind == "done" else asks.question(agent, call["call_id"], value)
 
     async def resume(self, agent: str, state_text: str,
                      responses: Mapping[str, Any] | None) -> types.CallToolResult:
@@ -235,14 +190,12 @@ class _Calls:
             state = asks.state_of(state_text, agent)
         except ValueError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        queue = await self.queue()
-        if queue is None:
+        # "died" when the replica holding the call died: its ask is then cancelled, so the call
+        # never runs with nobody to see it
+        status, held = await self.asking.answer(state["call_id"], state["ask"], asks.answer_of(responses))
+        if status == "gone":
             raise MCPError(types.INTERNAL_ERROR, "the registry's approval queue is gone, and the call waiting for "
                                                  "this answer with it; call the tool again")
-        # False when settled already (the result says how), or when the replica holding the call
-        # died: its ask is then cancelled, so the call never runs with nobody to see it
-        await queue.answer_held.remote(state["call_id"], state["ask"], asks.answer_of(responses))
-        status, held = await queue.collect.remote(state["call_id"], self.config.ask_ttl_s)
         if status == "unknown":
             raise MCPError(types.INVALID_PARAMS, "no call waits for this answer (it was answered already, or "
                                                  "dropped); call the tool again")
@@ -254,10 +207,6 @@ class _Calls:
                 "the gateway replica holding the call died before it ended; call the tool again")),
                 "call_id": state["call_id"]}
         return mcp_result(ToolExecutionResult(held))
-
-
-async def _awaited(ref: Any) -> Any:
-    return await ref
 
 
 def _principal(ctx: Any) -> str | None:

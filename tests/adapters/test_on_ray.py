@@ -60,48 +60,85 @@ async def _answer(queue, *verdicts):
     raise AssertionError("not every ask reached the approval queue")
 
 
-def test_a_pydantic_ai_agent_on_a_registry_on_ray(on_ray):
-    from pydantic_ai import Agent
+def _writes_model(shown, prefix):
+    """A FunctionModel script: two writes and a whoami at once, then "done"."""
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+    def model(messages, info):
+        returns = [p for p in messages[-1].parts if p.part_kind in ("tool-return", "retry-prompt")]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("write", {"name": f"{prefix}-{k}"}, tool_call_id=f"w{k}")
+                                        for k in (1, 2)] + [ToolCallPart("whoami", {}, tool_call_id="who")])
+        shown.update({p.tool_call_id: (getattr(p, "outcome", p.part_kind), str(p.content)) for p in returns})
+        return ModelResponse(parts=[TextPart("done")])
+
+    return model
+
+
+def test_a_pydantic_ai_agent_on_ray_answers_asks_through_deferred_tool_calls(on_ray):
+    """The calls wait in this process, their asks in the queue, while pydantic-ai's run ends
+    with its deferred requests; the resumed run approves one (it runs once, as the agent) and
+    denies the other (its ask is cancelled after ask_ttl_s: it never runs)."""
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.models.function import FunctionModel
+
+    from dsh_actors.adapters.pydantic_ai import DshToolset
+    from dsh_actors.log import read_records
+    from dsh_actors.runtime.session.client import SessionLog
+
+    registry, queue, folder = on_ray
+    shown = {}
+
+    async def run():
+        log = await SessionLog.open_async(registry.session_id("shadowed"), str(folder / "shadowed.log"))
+        agent = Agent(FunctionModel(_writes_model(shown, "pa")), output_type=[str, DeferredToolRequests],
+                      toolsets=[DshToolset(registry, "shadowed", log=log, ask_ttl_s=3)])
+        first = await agent.run("go")
+        asked = sorted((a.tool_call_id, a.tool_name) for a in first.output.approvals)
+        waiting = sorted(p["call_id"] for p in await queue.pending())
+        second = await agent.run(message_history=first.all_messages(), deferred_tool_results=DeferredToolResults(
+            approvals={"w1": True, "w2": False}))
+        for _ in range(T * 10):  # the denied call's ask lapses after ask_ttl_s
+            if not await queue.pending():
+                break
+            await asyncio.sleep(0.1)
+        return asked, waiting, second.output, await queue.pending()
+
+    asked, waiting, output, left = asyncio.run(run())
+    assert asked == [("w1", "write"), ("w2", "write")] and waiting == ["w1", "w2"]  # held, asks in the queue
+    assert output == "done" and left == []
+    assert (folder / "pa-1").read_text() == "shadowed" and not (folder / "pa-2").exists()
+    assert shown["who"] == ("success", "its own") and shown["w1"] == ("success", "wrote pa-1")
+    logged = {e["call_id"]: e for e in read_records(str(folder / "shadowed.log")) if e.get("type") == "tool/result"}
+    assert sorted(logged) == ["w1", "who"]  # the session log holds every call that ran
+
+
+def test_without_framework_asks_the_approval_queue_answers(on_ray):
+    from pydantic_ai import Agent
     from pydantic_ai.models.function import FunctionModel
 
     from dsh_actors.adapters.pydantic_ai import DshToolset
 
     registry, queue, folder = on_ray
     shown = {}
-
-    def model(messages, info):
-        returns = [p for p in messages[-1].parts if p.part_kind == "tool-return"]
-        if not returns:
-            return ModelResponse(parts=[ToolCallPart("write", {"name": f"pa-{k}"}, tool_call_id=f"w{k}")
-                                        for k in (1, 2)] + [ToolCallPart("whoami", {}, tool_call_id="who")])
-        shown.update({p.tool_call_id: (p.outcome, p.content) for p in returns})
-        return ModelResponse(parts=[TextPart("done")])
+    agent = Agent(FunctionModel(_writes_model(shown, "q")),
+                  toolsets=[DshToolset(registry, "queued", framework_asks=False)])
 
     async def run():
-        from dsh_actors.runtime.session.client import SessionLog
-
-        log = await SessionLog.open_async(registry.session_id("shadowed"), str(folder / "shadowed.log"))
-        agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "shadowed", log=log)])
         answers = asyncio.ensure_future(_answer(queue, "allow", "reject"))
         result = await agent.run("go")
         await answers
         return result
 
     assert asyncio.run(run()).output == "done"
-    from dsh_actors.log import read_records
-
-    logged = {e["call_id"]: e for e in read_records(str(folder / "shadowed.log")) if e.get("type") == "tool/result"}
-    assert sorted(logged) == ["w1", "w2", "who"]  # the session log holds every call
-    assert logged["who"]["content"] == [{"type": "text", "text": "its own"}]
-    assert shown["who"] == ("success", "its own")
-    ran = sorted(p.name for p in folder.glob("pa-*"))
-    assert len(ran) == 1 and (folder / ran[0]).read_text() == "shadowed"  # the allowed one, as the agent
-    refused = "w2" if ran == ["pa-1"] else "w1"
+    ran = sorted(p.name for p in folder.glob("q-*"))
+    assert len(ran) == 1 and (folder / ran[0]).read_text() == "queued"  # the allowed one, as the agent
+    refused = "w2" if ran == ["q-1"] else "w1"
     assert shown[refused][0] == "failed" and "reject" in shown[refused][1]
+    assert shown["who"] == ("success", "global")
 
 
-def test_an_openai_agents_sdk_agent_on_a_registry_on_ray(on_ray):
+def test_an_openai_agents_sdk_agent_on_ray_answers_asks_through_the_sdks_approvals(on_ray):
     from agents import Agent, Runner, set_tracing_disabled
 
     from dsh_actors.adapters.openai_agents import dsh_tools
@@ -113,13 +150,15 @@ def test_an_openai_agents_sdk_agent_on_a_registry_on_ray(on_ray):
 
     async def run():
         agent = Agent(name="plain", model=model, tools=await dsh_tools(registry, "plain"))
-        answered = asyncio.ensure_future(_answer(queue, "allow"))
-        result = await Runner.run(agent, "go")
-        await answered
-        return result
+        first = await Runner.run(agent, "go")
+        [item] = first.interruptions
+        assert not (folder / "oa-1").exists()  # held: asked, nothing ran
+        state = first.to_state()
+        state.approve(item)
+        return await Runner.run(agent, state)
 
     result = asyncio.run(run())
-    assert result.final_output == "done" and not result.interruptions  # on Ray the queue answered, not the SDK
+    assert result.final_output == "done" and not result.interruptions
     assert model.shown == {"w1": "wrote oa-1", "who": "global"}
     assert (folder / "oa-1").read_text() == "plain"
 

@@ -1,0 +1,97 @@
+"""Asks put to a caller's own flow while the call waits for them in the approval queue.
+
+A caller that answers asks itself — an MCP client through the protocol's input-required
+round trip, an agent framework through its approval flow — starts its call here. Should the
+call's policy ask, the caller learns the ask at once and answers it later (from any process
+that reaches the registry), while the call goes on waiting for it in this process: *held*.
+The answer's process then collects the result through the queue (:mod:`.held`, its side).
+A held call its caller never answers is cancelled after ``ttl_s`` (nothing runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable
+
+__all__ = ["AskingCalls"]
+
+
+class AskingCalls:
+    """One process's calls whose asks go to their callers, in registry ``registry``."""
+
+    def __init__(self, registry: str, namespace: str, *, ttl_s: float) -> None:
+        self.registry, self.namespace, self.ttl_s = registry, namespace, ttl_s
+        self.held: set[asyncio.Task[None]] = set()
+        self._queue: Any = None
+
+    async def queue(self) -> Any:
+        """The registry's approval queue actor, or ``None`` when it has none mounted."""
+        if self._queue is None:
+            from .approval import ApprovalQueue
+
+            try:
+                self._queue = await ApprovalQueue(self.registry, self.namespace).actor()
+            except ValueError:
+                return None
+        return self._queue
+
+    async def run_or_ask(self, call_id: str, execution: Awaitable[Any]) -> tuple[str, Any]:
+        """Run the call (``execution``, of call ``call_id``): ``("done", result)``, or
+        ``("asked", ask)`` when its policy asked first — the call is then held until
+        :meth:`answer` (or ``ttl_s``). Without an approval queue it just runs."""
+        from ..requester import requester
+
+        running = asyncio.ensure_future(execution)
+        queue = await self.queue()
+        if queue is None:
+            return "done", await running
+        watch = asyncio.ensure_future(_awaited(queue.ask_of.remote(call_id, requester())))
+        try:
+            await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            running.cancel()
+            watch.cancel()
+            queue.forget.remote(call_id)
+            raise
+        ask = watch.result() if watch.done() and watch.exception() is None else None
+        if running.done() or ask is None:
+            watch.cancel()
+            queue.forget.remote(call_id)
+            if not watch.done() or watch.exception() is not None:
+                self._queue = None  # it may have died: found again next time
+            return "done", await running
+        task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], running))
+        self.held.add(task)
+        task.add_done_callback(self.held.discard)
+        return "asked", ask
+
+    async def _hold(self, queue: Any, call_id: str, ask_id: str, running: asyncio.Future[Any]) -> None:
+        from ...core.errors import error_result
+        from ...core.within import within
+
+        try:
+            try:
+                result = dict(await within(asyncio.shield(running), self.ttl_s))
+            except TimeoutError:  # never answered: its ask is cancelled, the call ends
+                queue.cancel.remote(ask_id)
+                result = dict(await running)
+        except Exception as exc:  # noqa: BLE001 - the answerer gets it as the call's error
+            result = {**error_result(exc), "call_id": call_id}
+        await queue.deposit.remote(call_id, result)
+
+    async def answer(self, call_id: str, ask_id: str, outcome: str) -> tuple[str, Any]:
+        """Answer the ask ``ask_id`` of held call ``call_id`` (``allowed-once``, ``rejected``,
+        ``cancelled``) and collect its result: ``("done", result)``; ``("died", None)`` when
+        the process holding it died (its ask is then cancelled: nothing runs unseen);
+        ``("unknown", None)`` when no call of that id is held (answered already, dropped);
+        ``("late", None)`` when it did not end within ``ttl_s``; ``("gone", None)`` when the
+        registry has no approval queue any more (the call died with it)."""
+        queue = await self.queue()
+        if queue is None:
+            return "gone", None
+        await queue.answer_held.remote(call_id, ask_id, outcome)
+        return tuple(await queue.collect.remote(call_id, self.ttl_s))  # type: ignore[return-value]
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
