@@ -161,7 +161,8 @@ class DshSandboxEnvironment(SandboxEnvironment):
             await self.place.env.write_file(stdin, input.encode() if isinstance(input, str) else input)
         variables = " ".join(shlex.quote(f"{k}={v}") for k, v in (env or {}).items())
         command = f"/usr/bin/env {variables} {shlex.join(cmd)}" if variables else shlex.join(cmd)
-        script = (f"{command} < {stdin} 2> {err}; code=$?; printf '\\n%s\\n' {marker}; cat {err}; "
+        # the shell's own words about the command (``Killed``) go with its stderr too
+        script = (f"exec 2> {err}; {command} < {stdin}; code=$?; printf '\\n%s\\n' {marker}; cat {err}; "
                   f"rm -f {err}{'' if input is None else ' ' + stdin}; exit $code")
         result = await self.place.run(script, timeout_s=float(timeout or DEFAULT_TIMEOUT_S), cwd=cwd)
         if result.bound == "wall":
@@ -173,12 +174,14 @@ class DshSandboxEnvironment(SandboxEnvironment):
 
 
 def _split(result: CommandResult, marker: str) -> tuple[bytes, bytes, int]:
+    """stdout, stderr (and which bound stopped the command, if one did), exit status."""
     code = result.exit_code if result.exit_code is not None else 128 + (result.signal or 9)
-    before, found, after = result.output.rpartition(f"\n{marker}\n".encode())
+    stdout, found, stderr = result.output.rpartition(f"\n{marker}\n".encode())
     if not found:  # ended before the marker (a bound, a signal): all of it is stdout
-        said = f"stopped by the environment's {result.bound} bound\n" if result.bound else ""
-        return result.output, said.encode(), code
-    return before, after, code
+        stdout, stderr = result.output, b""
+    if result.bound is not None:
+        stderr += f"stopped by the environment's {result.bound} bound\n".encode()
+    return stdout, stderr, code
 
 
 def _raise_for(file: str, stderr: bytes) -> None:

@@ -43,6 +43,13 @@ PIPE_BYTES = 1 << 16
 FORK_TRIES = 20
 """How often the init tries to fork a spawner while the uid's process limit is full."""
 
+SPAWN_TRIES = 20
+"""How often a command refused at its spawn (the processes bound full) is handed again while
+earlier commands' leftovers fill the bound (they are killed first, as the bound is charged
+to them), RETRY_S apart; past it, or with no leftovers to blame, it ends with the bound."""
+
+RETRY_S = 0.01
+
 # what one wake-up of the init's loop handles first: finishing commands before starting new
 # ones keeps the slowest of 32 concurrent commands close to the median
 REAP, SPAWNER, OUTPUT, CLIENT = 0, 1, 2, 3
@@ -55,14 +62,14 @@ def refused(bound):
 
 class Command:
     __slots__ = ("connection", "request", "number", "text", "slot", "pid", "pipe", "handed", "chunks", "size",
-                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed")
+                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed", "tries")
 
     def __init__(self, connection, request, number, text, slot, limit, deadline, before):
         self.connection, self.request, self.number, self.text = connection, request, number, text
         self.slot, self.limit, self.sent, self.deadline, self.before = slot, limit, time.monotonic(), deadline, before
         self.pid = self.pipe = self.status = self.bound = None
         self.handed = ()  # the output pipe's write end and the working folder, until the spawner answers
-        self.chunks, self.size, self.truncated, self.killed = [], 0, False, False
+        self.chunks, self.size, self.truncated, self.killed, self.tries = [], 0, False, False, 1
 
     def take(self, data):
         room = self.limit - self.size
@@ -97,6 +104,7 @@ class Commands:
         self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
         self.spawner = self.spawner_pid = None
         self.taken = None  # the spawner's page: the number of the last request it took
+        self.again = {}  # spawn number -> when a command refused at its spawn is handed again
 
     def cancel(self, connection, request):
         command = connection.commands.get(request)
@@ -177,6 +185,8 @@ class Commands:
         command = self.commands.get(message.get("n"))
         if command is None:
             return
+        if message.get("errno") == errno.EAGAIN and self._spawn_again(command):
+            return
         self._answered(command)
         if "pid" in message:
             command.pid = message["pid"]
@@ -191,6 +201,37 @@ class Commands:
                 self._discard(command)
             else:
                 self._finish(command, None)
+
+    def _spawn_again(self, command):
+        """The processes bound refused ``command``'s spawn: if leftovers of earlier commands
+        fill it, they are killed (the bound is theirs) and the command handed again shortly."""
+        if command.killed or command.tries >= SPAWN_TRIES or not self.lingering or self.cgroups is None:
+            return False
+        for slot in self.lingering:
+            self.cgroups.kill_slot(slot, self.spawner_pid)
+        for pid, status in _children.reaped_now():
+            self.reaped(pid, status)
+        command.tries += 1
+        self.again[command.number] = time.monotonic() + RETRY_S
+        self._due(self.again[command.number])
+        return True
+
+    def _hand_again(self, now):
+        for number, when in list(self.again.items()):
+            command = self.commands.get(number)
+            if command is None or command.killed:
+                self.again.pop(number)
+                if command is not None:  # killed meanwhile (its wall, a cancel): it never started
+                    self._answered(command)
+                    self._finish(command, None)
+            elif when <= now:
+                self.again.pop(number)
+                command.sent = now
+                if not self._hand(command):
+                    self._spawner_lost()
+                    return
+            else:
+                self._due(when)
 
     def fork_spawner(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -250,10 +291,10 @@ class Commands:
             self.fork_spawner()
             again = []
             for command in sorted((c for c in self.commands.values() if c.pid is None), key=lambda c: c.number):
-                if command.number <= taken or command.killed:
+                if command.killed or (command.number <= taken and self.again.pop(command.number, None) is None):
                     self.kill(command, command.bound)
                     self._finish(command, None)
-                else:
+                else:  # never taken, or refused at its spawn (so it never started either)
                     command.sent = time.monotonic()  # its spawn's timeout starts again
                     again.append(command)
             if all(self._hand(c) for c in again):
@@ -361,6 +402,8 @@ class Commands:
         if self.wake_at is None or now < self.wake_at:
             return
         self.wake_at = None
+        if self.again:
+            self._hand_again(now)
         if any(c.pid is None and now - c.sent > SPAWN_TIMEOUT_S for c in self.commands.values()):
             self._replace_spawner()
         for command in list(self.commands.values()):

@@ -77,6 +77,18 @@ def test_a_fork_bomb_in_the_background_is_not_charged_to_the_command_running_bes
     assert wait_until(lambda: no_commands_left(env), 10)  # the bomb's slot was the one stopped
 
 
+def test_commands_after_a_fork_bomb_left_in_the_background_start_and_the_bomb_ends(envs):
+    """The bomb fills the processes bound after its command returned: the next commands'
+    spawns are refused until the bomb's leftovers are killed, so they are killed and the
+    commands handed again (they used to end with the bound, unrun: 7 to 15 of 40)."""
+    env = envs(processes=32)
+    assert envs.sh(env, "b() { b | b & }; b").exit_code == 0  # its bash returns; the bomb goes on
+    after = [envs.sh(env, f"echo {k} >> ran.txt; echo ok") for k in range(5)]
+    assert [(r.exit_code, r.bound, r.output) for r in after] == [(0, None, b"ok\n")] * 5
+    assert envs.sh(env, "cat ran.txt").output == b"0\n1\n2\n3\n4\n"  # each ran once
+    assert wait_until(lambda: no_commands_left(env), 10)
+
+
 def test_a_memory_flood_is_stopped_by_the_memory_bound(envs):
     env = envs(memory_mb=128)
     result = envs.sh(env, "python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout_s=30)
