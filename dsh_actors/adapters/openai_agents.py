@@ -33,7 +33,7 @@ from typing import Any
 
 from agents import FunctionTool
 
-from ..core.definitions import object_schema
+from ..core.definitions import object_schema, strict_schema
 from ..core.types import ToolDefinition, ToolExecutionResult
 from ._calls import Asked, ToolCalls, kept
 
@@ -111,7 +111,9 @@ def _function_tool(calls: ToolCalls, made: _Made, definition: ToolDefinition) ->
         made.keep(outcome)
         return outcome.text
 
-    return FunctionTool(name=name, description=definition.description, params_json_schema=object_schema(definition),
-                        on_invoke_tool=invoke, strict_json_schema=False,
+    strict = strict_schema(definition)  # strict where every argument is required (the SDK's default)
+    return FunctionTool(name=name, description=definition.description,
+                        params_json_schema=strict if strict is not None else object_schema(definition),
+                        on_invoke_tool=invoke, strict_json_schema=strict is not None,
                         needs_approval=needs_approval if calls.framework_asks else False,
                         custom_data_extractor=lambda data: made.kept.pop(data.tool_context.tool_call_id, None))

@@ -30,7 +30,7 @@ from pydantic_ai.tools import ToolDefinition as FrameworkDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from ..core.definitions import hints_of, object_schema
+from ..core.definitions import hints_of, object_schema, strict_schema
 from ._calls import Asked, ToolCalls, kept
 
 __all__ = ["DshToolset"]
@@ -55,6 +55,7 @@ class DshToolset(AbstractToolset[Any]):
         return {d.name: ToolsetTool(
             toolset=self, max_retries=self.max_retries, args_validator=_ARGS,
             tool_def=FrameworkDefinition(name=d.name, description=d.description, parameters_json_schema=object_schema(d),
+                                         strict=True if strict_schema(d) is not None else None,
                                          metadata={"dsh": hints_of(d)} if hints_of(d) else None))
             for d in await self.calls.definitions()}
 

@@ -12,7 +12,7 @@ from .jsonvalue import FrozenDict, NotLosslessJSONError, snapshot, thaw
 from .types import ToolDefinition
 
 __all__ = ["EXCLUSIVE", "HINTS", "PARALLEL", "call_fields", "check_frozen", "execution_mode", "hints_of", "object_schema",
-           "snapshot_definition"]
+           "snapshot_definition", "strict_schema"]
 
 _DEFINITION_FIELDS = ("name", "description", "parameters", "execute", "timeout_ms",
                       "present_call", "present_result", "is_concurrency_safe", "extras")
@@ -116,3 +116,28 @@ def object_schema(definition: ToolDefinition) -> dict[str, Any]:
     if not isinstance(schema, dict) or schema.get("type") != "object":
         schema = {"type": "object", **(schema if isinstance(schema, dict) else {})}
     return schema
+
+
+def strict_schema(definition: ToolDefinition) -> dict[str, Any] | None:
+    """``definition``'s arguments as a schema a model's strict mode (OpenAI's structured
+    outputs) accepts — every object's properties all required, no others allowed — or
+    ``None`` when they are not that (an optional argument: strict mode would make the model
+    always send it)."""
+    schema = object_schema(definition)
+    return schema if _strict(schema) else None
+
+
+def _strict(node: Any) -> bool:
+    """Make ``node``'s objects closed (``additionalProperties: false``), in place; whether
+    each has all its properties required and nothing strict mode refuses."""
+    if isinstance(node, list):
+        return all(_strict(item) for item in node)
+    if not isinstance(node, dict):
+        return True
+    if node.get("type") == "object":
+        properties = node.get("properties", {})
+        if node.get("additionalProperties") not in (None, False) or set(node.get("required", ())) != set(properties):
+            return False
+        node["additionalProperties"] = False
+    inner = [node.get("items"), *node.get("anyOf", ()), *node.get("properties", {}).values()]
+    return all(_strict(child) for child in inner if child is not None)

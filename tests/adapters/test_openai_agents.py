@@ -31,7 +31,9 @@ def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_the_sdks_ap
     model = ScriptedModel(CALLS)
 
     async def run():
-        agent = Agent(name="alice", model=model, tools=await dsh_tools(registry, "alice"))
+        tools = await dsh_tools(registry, "alice")
+        strictness.update({t.name: t.strict_json_schema for t in tools})
+        agent = Agent(name="alice", model=model, tools=tools)
         first = await Runner.run(agent, "go")
         [item] = first.interruptions
         denied.update({i.raw_item["call_id"]: i.custom_data for i in first.new_items if i.type == "tool_call_output_item"})
@@ -40,8 +42,10 @@ def test_an_agent_run_goes_through_dsh_policies_and_its_asks_through_the_sdks_ap
         state.approve(item)
         return item, await Runner.run(agent, state)
 
-    denied = {}
+    denied, strictness = {}, {}
     item, second = asyncio.run(run())
+    # strict where every argument is required (here: only whoami, which has none)
+    assert strictness == {"add": False, "rm": False, "whoami": True, "write": False}
     assert (item.tool_name, item.call_id) == ("write", "c-write")
     assert second.final_output == "done"
     assert (tmp_path / "out.txt").read_text() == "alice"  # approved through the SDK: ran once, as alice
