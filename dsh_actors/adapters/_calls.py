@@ -7,12 +7,16 @@ nothing of any framework. A call:
   :class:`~dsh_actors.InMemoryRegistry`, or on Ray through a
   :class:`~dsh_actors.runtime.ToolRegistry`), with a signal of its own that is aborted when
   the framework cancels the call (a timeout of the framework's is a cancellation);
-- answers an ``ask`` through the framework where the adapter has its approval flow: in
-  this process, the registry's approval seam is wrapped by :class:`FrameworkApproval`, so a
-  call the framework already approved is allowed once, and one it has not is deferred to
-  it (the pipeline ends that attempt denied, nothing runs, and :meth:`ToolCalls.call`
-  answers :class:`Asked`); every other ask — other callers, a registry on Ray — goes where
-  it went before (the approval seam, or dsh's approval queue, answerable from any process).
+- answers an ``ask`` through the framework's approval flow. In this process the registry's
+  approval seam is wrapped by :class:`FrameworkApproval`: a call the framework already
+  approved is allowed once, and one it has not is deferred to it (the pipeline ends that
+  attempt denied, nothing runs, and :meth:`ToolCalls.call` answers :class:`Asked`); every
+  other caller's ask goes to the seam it wrapped. On Ray the asked call waits in this
+  process, its ask in the registry's approval queue (:mod:`~dsh_actors.runtime.registry.asking`),
+  and the framework's approved retry answers it and collects the result. With
+  ``framework_asks=False`` every ask goes to the registry's own seam (on Ray, the queue,
+  answerable from any process);
+- is recorded in the agent's session log, when it has one.
 """
 
 from __future__ import annotations
