@@ -24,6 +24,8 @@ there is, with its code, and that each one pickles)::
     │   └── McpError                    MCP_ERROR            runtime.mcp_adapter
     ├── the Ray runtime (runtime.errors):
     │   ├── WorkerCrashedError          WORKER_CRASHED       its executor or task died
+    │   ├── AskLostError                ASK_LOST             a call asked of its caller's own flow
+    │   │                                                    is no longer held (runtime.registry.asking)
     │   ├── ObjectLostError             OBJECT_LOST
     │   ├── PolicyUnavailableError      POLICY_UNAVAILABLE   a policy actor is gone
     │   ├── ScopeUnavailableError       SCOPE_UNAVAILABLE
