@@ -111,7 +111,7 @@ class ToolCalls:
         registry: Any = target._registry if isinstance(target, InMemoryScope) else getattr(target, "registry", target)
         self.framework_asks = framework_asks
         self.asking: AskingCalls | None = None  # on Ray: the calls asked of the framework, held here
-        self._asks: dict[str, str] = {}  # call id -> the id of its ask, held here
+        self._asks: dict[str, tuple[str, str | None]] = {}  # call id -> its ask (id, reason), held here
         if framework_asks and isinstance(registry, InMemoryRegistry):
             if not isinstance(registry.state.approval, FrameworkApproval):
                 registry.set_approval(FrameworkApproval(registry.state.approval))
@@ -139,9 +139,9 @@ class ToolCalls:
     async def reject(self, call_id: str) -> None:
         """The framework rejected the call: its ask, held here on Ray, is answered so (in this
         process the call did not wait: nothing to do)."""
-        ask_id = self._asks.pop(call_id, None)
-        if ask_id is not None and self.asking is not None:
-            await self.asking.answer(call_id, ask_id, "rejected")
+        held = self._asks.pop(call_id, None)
+        if held is not None and self.asking is not None:
+            await self.asking.answer(call_id, held[0], "rejected")
 
     async def _here(self, name: str, arguments: Any, call_id: str, approved: bool) -> ToolExecutionResult | Asked:
         asking = _Asking(approved)
@@ -158,13 +158,15 @@ class ToolCalls:
         held here (the call asked again, or this process is not the one that asked), it runs
         and any ask of it is answered at once."""
         assert self.asking is not None
-        held = self._asks.pop(call_id, None) if approved else None
+        if not approved and call_id in self._asks:  # asked again (LangGraph runs a node again): still held
+            return Asked(self._asks[call_id][1])
+        held = self._asks.pop(call_id, (None, None))[0] if approved else None
         if held is None:
             kind, value = await self.asking.run_or_ask(call_id, self._execute(name, arguments, call_id))
             if kind == "done":
                 return ToolExecutionResult(value)
             if not approved:
-                self._asks[call_id] = value["id"]
+                self._asks[call_id] = (value["id"], value.get("reason"))
                 return Asked(value.get("reason"))
             held = value["id"]
         status, value = await self.asking.answer(call_id, held, "allowed-once")

@@ -39,9 +39,14 @@ def _calls():
 
 
 def _graph(registry, agent):
-    """A model node and a ToolNode in a loop, as LangGraph's guides build an agent."""
-    model = _Model(messages=iter([_calls(), AIMessage(content="done")]))
-    tools = asyncio.run(dsh_tools(registry, agent))
+    return asyncio.run(_graph_of(registry, agent, [_calls(), AIMessage(content="done")]))
+
+
+async def _graph_of(registry, agent, answers):
+    """A model node (answering ``answers`` in turn) and a ToolNode in a loop, as LangGraph's
+    guides build an agent."""
+    model = _Model(messages=iter(answers))
+    tools = await dsh_tools(registry, agent)
 
     async def call_model(state):
         return {"messages": [await model.bind_tools(tools).ainvoke(state["messages"])]}

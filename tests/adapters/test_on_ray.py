@@ -183,3 +183,30 @@ def test_an_inspect_sandbox_with_ray_running_is_started_by_the_nodes_environment
     assert [e for e in running if e.startswith("inspect_on-ray")] and result.success
     assert not [e for e in after if e.startswith("inspect_on-ray")]  # the host ended it with the sample
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_langgraph_graph_on_ray_answers_asks_through_interrupt_and_a_rejection_frees_the_held_call(on_ray):
+    """The node runs again on resume: the call asked of the graph is still the one held (it
+    runs once, approved), and a rejection answers its ask at once."""
+    from langchain_core.messages import AIMessage
+    from langgraph.types import Command
+
+    from tests.adapters.test_langgraph import _graph_of
+
+    registry, queue, folder = on_ray
+
+    async def run(name, verdict, thread):
+        calls = AIMessage(content="", tool_calls=[{"name": "write", "args": {"name": name}, "id": "w", "type": "tool_call"}])
+        graph = await _graph_of(registry, "graphed", [calls, AIMessage(content="done")])
+        first = await graph.ainvoke({"messages": [("user", "go")]}, thread)
+        [asked] = first["__interrupt__"]
+        held = [p["call_id"] for p in await queue.pending()]
+        final = await graph.ainvoke(Command(resume=verdict), thread)
+        return asked.value["dsh_ask"]["call_id"], held, final, await queue.pending()
+
+    asked, held, final, left = asyncio.run(run("lg-1", True, {"configurable": {"thread_id": "ray-1"}}))
+    assert (asked, held, left) == ("w", ["w"], [])
+    assert final["messages"][-1].content == "done" and (folder / "lg-1").read_text() == "graphed"
+    asked, held, final, left = asyncio.run(run("lg-2", {"type": "reject"}, {"configurable": {"thread_id": "ray-2"}}))
+    assert (asked, held, left) == ("w", ["w"], [])  # rejected through the graph: its ask answered at once
+    assert not (folder / "lg-2").exists()
