@@ -107,7 +107,6 @@ class ToolCalls:
         if agent is not None and hasattr(target, "scope"):
             target = target.scope(agent)
         self.target, self.log = target, log
-        self.agent: str | None = getattr(target, "agent_id", agent)
         registry: Any = target._registry if isinstance(target, InMemoryScope) else getattr(target, "registry", target)
         self.framework_asks = framework_asks
         self.asking: AskingCalls | None = None  # on Ray: the calls asked of the framework, held here

@@ -207,10 +207,7 @@ class Commands:
         fill it, they are killed (the bound is theirs) and the command handed again shortly."""
         if command.killed or command.tries >= SPAWN_TRIES or not self.lingering or self.cgroups is None:
             return False
-        for slot in self.lingering:
-            self.cgroups.kill_slot(slot, self.spawner_pid)
-        for pid, status in _children.reaped_now():
-            self.reaped(pid, status)
+        self._empty_leftovers()
         command.tries += 1
         self.again[command.number] = time.monotonic() + RETRY_S
         self._due(self.again[command.number])
@@ -222,7 +219,6 @@ class Commands:
             if command is None or command.killed:
                 self.again.pop(number)
                 if command is not None:  # killed meanwhile (its wall, a cancel): it never started
-                    self._answered(command)
                     self._finish(command, None)
             elif when <= now:
                 self.again.pop(number)
@@ -266,12 +262,17 @@ class Commands:
             except BlockingIOError:
                 for command in list(self.commands.values()):
                     self.kill(command, "processes")
-                for slot in self.lingering:
-                    self.cgroups.kill_slot(slot, self.spawner_pid)
-                for pid, status in _children.reaped_now():
-                    self.reaped(pid, status)
+                self._empty_leftovers()
                 time.sleep(0.01)
         return os.fork()
+
+    def _empty_leftovers(self):
+        """Kill what ended commands left running, and reap what the init may (their processes
+        and zombies hold the processes bound until then)."""
+        for slot in self.lingering:
+            self.cgroups.kill_slot(slot, self.spawner_pid)
+        for pid, status in _children.reaped_now():
+            self.reaped(pid, status)
 
     def _spawner_lost(self):
         """The spawner died (a command killed it, or the OOM killer: it is in the bounded
@@ -291,7 +292,8 @@ class Commands:
             self.fork_spawner()
             again = []
             for command in sorted((c for c in self.commands.values() if c.pid is None), key=lambda c: c.number):
-                if command.killed or (command.number <= taken and self.again.pop(command.number, None) is None):
+                refused = self.again.pop(command.number, None) is not None
+                if command.killed or (command.number <= taken and not refused):
                     self.kill(command, command.bound)
                     self._finish(command, None)
                 else:  # never taken, or refused at its spawn (so it never started either)

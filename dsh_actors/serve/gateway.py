@@ -166,10 +166,6 @@ class _Calls:
             self.logs[agent] = await SessionLog.open_async(self.registry.session_id(agent), path)
         return self.logs[agent]
 
-    async def queue(self) -> Any:
-        """The registry's approval queue actor, or ``None`` when it has none mounted."""
-        return await self.asking.queue()
-
     async def run_or_ask(self, agent: str, call: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
         """Run the call; should its policy ask, answer with the question instead and hold
         the call (it goes on waiting for its ask) until the client's retry collects it."""

@@ -56,7 +56,8 @@ def listed(definitions: list[ToolDefinition], mode: str, sdk: str | None = None)
 
 def unlisted(name: str) -> types.CallToolResult:
     """The answer to a call of a tool the agent's ``tools/list`` does not hold (in Code
-    Mode, a tool only a program may call): the pipeline's own for an unknown tool."""
+    Mode, a tool only a program may call): an error with the pipeline's code for an unknown
+    tool (``UNKNOWN_TOOL``) and its message."""
     error = ToolNotFoundError(name)
     return types.CallToolResult(content=[types.TextContent(type="text", text=str(error))], is_error=True,
                                 _meta={"dsh": {"error": {"name": type(error).__name__, "code": error.code}}})
