@@ -27,14 +27,15 @@ cpu        CPU seconds used over the environment's life    v2 ``cpu.stat``, else
     │                         ancestor it may write)
     ├── init/                 (track) the init's home, outside every bound; elsewhere the
     │                         init stays in the warm parent's cgroups
-    └── box/                  the bounds (memory, pids); the spawner lives here
-        └── c<j>/             (track) one per command slot, made by the spawner as needed
+    └── box/                  the bounds (memory, pids); the spawners live here
+        └── c<j>/             (track) one per command slot, made by the spawners as needed
 
-The spawner stays in the slot of the last command it spawned, and the next command uses
-that slot again when nothing is left running in it, so commands one after another never
-move it (:mod:`_spawner`); only a command that overlaps another, or follows one that left a
-process behind, moves it first. A move is a few µs, but the first one after an idle spell
-waits for an RCU grace period (about 8 ms on these machines).
+Each spawner stays in its slot, and a command goes to an idle spawner whose slot has nothing
+left running in it, so neither commands one after another nor overlapping ones move a spawner
+(the init keeps one per command in flight, :mod:`_commands`); only a spawner whose last
+command left a process behind, or one of a pool that is full, moves first. A move is a few µs,
+but it takes a lock that every fork and exit on the node waits for, and the first one after an
+idle spell waits for an RCU grace period (about 8 ms on these machines).
 """
 
 import os
@@ -310,26 +311,26 @@ class EnvCgroups:
         except (OSError, ValueError):
             return []
 
-    def slot_busy(self, number, spawner):
-        """Whether a process other than ``spawner`` is in slot ``number`` (one its command
-        left running)."""
-        return any(pid != spawner for pid in self._slot_pids(number))
+    def slot_busy(self, number, spawners):
+        """Whether a process other than the ``spawners`` (pids) is in slot ``number`` (one its
+        command left running)."""
+        return any(pid not in spawners for pid in self._slot_pids(number))
 
-    def crowded(self, numbers, spawner):
-        """Of the slots ``numbers``, the one holding the most processes (``spawner`` aside),
+    def crowded(self, numbers, spawners):
+        """Of the slots ``numbers``, the one holding the most processes (``spawners`` aside),
         or ``None`` when all are empty (or there is no tracking hierarchy)."""
-        counts = {number: sum(pid != spawner for pid in self._slot_pids(number)) for number in numbers}
+        counts = {number: sum(pid not in spawners for pid in self._slot_pids(number)) for number in numbers}
         most = max(counts, key=counts.__getitem__, default=None)
         return most if most is not None and counts[most] > 0 else None
 
-    def kill_slot(self, number, spawner):
-        """Kill every process in slot ``number`` but ``spawner`` (parked there, it may be):
-        at once with ``cgroup.kill`` when it is not there; else the slot frozen (nothing in
-        it forks meanwhile), each of the others killed, and the slot thawed."""
+    def kill_slot(self, number, spawners):
+        """Kill every process in slot ``number`` but the ``spawners`` (pids; one is parked
+        there, usually): at once with ``cgroup.kill`` when none is there; else the slot
+        frozen (nothing in it forks meanwhile), each of the others killed, and the slot thawed."""
         if self._track is None:
             return
         path = f"/proc/self/fd/{self._track}/c{number}"
-        if spawner not in self._slot_pids(number):
+        if not spawners.intersection(self._slot_pids(number)):
             kill_all(path)
             return
         try:
@@ -338,7 +339,7 @@ class EnvCgroups:
             pass  # cgroup v1 (pids as the tracking hierarchy): no freezer here; kill until none is left
         try:
             for _ in range(100):
-                others = [pid for pid in self._slot_pids(number) if pid != spawner]
+                others = [pid for pid in self._slot_pids(number) if pid not in spawners]
                 if not others:
                     return
                 for pid in others:

@@ -5,14 +5,16 @@ A top-level module of the init (``_server.py`` owns the loop and the clients; th
 ``run`` request sets going). For each command:
 
 - a tracking slot (a cgroup: killing it kills all the command started, however it forked,
-  detached or renamed itself): the spawner's own slot again whenever nothing is left running
-  in it, else another, which the spawner moves to first;
+  detached or renamed itself) and a spawner parked in it: the slot of an idle spawner when
+  nothing is left running there, so that nothing moves (commands one after another reuse
+  one; overlapping commands each get one of their own, the pool growing up to
+  :data:`MAX_SPAWNERS`); past that, a spawner moves to another slot first;
 - one pipe for its stdout and stderr, drained as it comes (what is past ``max_output`` is
   read and dropped, so the command never blocks on it);
 - the spawner (:mod:`_spawner`) spawns ``bash -c`` in the slot and says its pid, then its
-  exit; if the spawner dies (a command killed it, the OOM killer) or is stopped, the init
-  forks another, hands it the commands the dead one never took, and reaps the orphans
-  itself;
+  exit; if a spawner dies (a command killed it, the OOM killer) or is stopped, the init
+  forks another in its place, hands it the commands the dead one never took, and reaps the
+  orphans itself; a spawner beyond the first that has been idle :data:`SPAWNER_IDLE_S` exits;
 - its end is its ``bash`` exiting (what it left running keeps running in its slot until the
   environment ends, unless a bound or the wall killed the slot): the pipe is drained of what
   is already written, and the result sent with the bound that stopped it, if one did;
@@ -44,11 +46,22 @@ FORK_TRIES = 20
 """How often the init tries to fork a spawner while the uid's process limit is full."""
 
 SPAWN_TRIES = 20
-"""How often a command refused at its spawn (the processes bound full) is handed again while
-earlier commands' leftovers fill the bound (they are killed first, as the bound is charged
-to them), RETRY_S apart; past it, or with no leftovers to blame, it ends with the bound."""
+"""How often a command refused at its spawn (the processes bound full) is handed again,
+RETRY_S apart, earlier commands' leftovers killed first (the bound is charged to them) and
+the zombies of what was killed reaped; past it, it ends with the bound."""
 
 RETRY_S = 0.01
+
+MAX_SPAWNERS = 32
+"""At most this many spawners in one environment (and an eighth of its processes bound, as
+each is one of its processes): one per command in flight, so that each is born where its
+spawner already is. A cgroup move takes a lock every fork and exit on the node waits for, and
+after an idle spell waits for an RCU grace period: with one spawner moving between the slots of
+32 commands in flight, the slowest commands took 1.2-1.7x as long as bare ones, 0.8x without."""
+
+SPAWNER_IDLE_S = 5.0
+"""A spawner beyond the first exits after this long with nothing to spawn (each holds about
+2 MB of its own, charged to the environment's memory bound)."""
 
 # what one wake-up of the init's loop handles first: finishing commands before starting new
 # ones keeps the slowest of 32 concurrent commands close to the median
@@ -62,11 +75,12 @@ def refused(bound):
 
 class Command:
     __slots__ = ("connection", "request", "number", "text", "slot", "pid", "pipe", "handed", "chunks", "size",
-                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed", "tries")
+                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed", "tries", "spawner")
 
-    def __init__(self, connection, request, number, text, slot, limit, deadline, before):
+    def __init__(self, connection, request, number, text, slot, spawner, limit, deadline, before):
         self.connection, self.request, self.number, self.text = connection, request, number, text
-        self.slot, self.limit, self.sent, self.deadline, self.before = slot, limit, time.monotonic(), deadline, before
+        self.slot, self.spawner, self.limit, self.deadline, self.before = slot, spawner, limit, deadline, before
+        self.sent = time.monotonic()
         self.pid = self.pipe = self.status = self.bound = None
         self.handed = ()  # the output pipe's write end and the working folder, until the spawner answers
         self.chunks, self.size, self.truncated, self.killed, self.tries = [], 0, False, False, 1
@@ -88,6 +102,37 @@ class Command:
                 "signal": signal_number, "bound": self.bound}
 
 
+class Link:
+    """The init's end of one spawner: its socket and pid, the page where it writes the number
+    of each request it takes, the slot it is parked in (or will be, once it has taken what it
+    was handed), and when it was last handed a command. A spawner that dies is replaced in
+    the same link, so its commands keep it."""
+
+    __slots__ = ("sock", "pid", "taken", "slot", "used")
+
+    def __init__(self, slot):
+        self.slot, self.used = slot, time.monotonic()
+        self.sock = self.pid = self.taken = None
+
+    def hand(self, command):
+        """Send ``command`` to the spawner; False if it is gone."""
+        self.used = time.monotonic()
+        try:
+            socket.send_fds(self.sock, [msgpack.packb(
+                {"n": command.number, "command": command.text, "slot": command.slot},
+                use_bin_type=True)], list(command.handed))
+            return True
+        except OSError:
+            return False
+
+    def stopped(self):
+        try:
+            with open(f"/proc/{self.pid}/stat") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
+
 class Commands:
     """The init's commands (see the module docs). ``watch(fd, priority, handler)`` and
     ``forget(fd)`` are the loop's; ``inherited()`` the descriptors a spawner closes."""
@@ -99,11 +144,10 @@ class Commands:
         self.by_pid = {}            # bash pid -> Command
         self.numbers = iter(range(1 << 62))
         self.free_slots, self.lingering, self.next_slot = [0], [], 1
-        self.spawner_slot = 0  # where the spawner is (the slot of the last command it spawned)
+        self.spawners = []  # Link, the first forked at the start, the others as commands overlap
+        self.max_spawners = max(1, min(MAX_SPAWNERS, meter.processes // 8))
         self.next_watch = 0.0
         self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
-        self.spawner = self.spawner_pid = None
-        self.taken = None  # the spawner's page: the number of the last request it took
         self.again = {}  # spawn number -> when a command refused at its spawn is handed again
 
     def cancel(self, connection, request):
@@ -133,9 +177,9 @@ class Commands:
             return
         cwd = message.get("cwd")
         folder = self.workspace.directory(cwd) if cwd else os.dup(self.workspace.fd)
-        slot = self._take_slot()
-        command = Command(connection, request, next(self.numbers), text, slot, limit, time.monotonic() + timeout_s,
-                          self.meter.events())
+        slot, spawner = self._place()
+        command = Command(connection, request, next(self.numbers), text, slot, spawner, limit,
+                          time.monotonic() + timeout_s, self.meter.events())
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
         command.pipe, command.handed = read_end, (write_end, folder)
@@ -143,18 +187,11 @@ class Commands:
         self.commands[command.number] = command
         self._due(self._next_times(command))
         self.watch(read_end, OUTPUT, lambda mask, c=command: self._output(c))
-        if not self._hand(command):
-            self._spawner_lost()  # it just died (the OOM killer, or a command): the next one gets it
+        if not spawner.hand(command):
+            self._spawner_lost(spawner)  # it just died (the OOM killer, or a command): the next one gets it
 
-    def _hand(self, command):
-        """Send ``command`` to the spawner; False if it is gone."""
-        try:
-            socket.send_fds(self.spawner, [msgpack.packb(
-                {"n": command.number, "command": command.text, "slot": command.slot},
-                use_bin_type=True)], list(command.handed))
-            return True
-        except OSError:
-            return False
+    def spawner_pids(self):
+        return {link.pid for link in self.spawners}
 
     @staticmethod
     def _answered(command):
@@ -163,21 +200,21 @@ class Commands:
             os.close(fd)
         command.handed = ()
 
-    def _spawner_event(self, _mask):
+    def _spawner_event(self, link):
         try:
-            data = self.spawner.recv(1 << 16)
+            data = link.sock.recv(1 << 16)
         except BlockingIOError:
             return
         except OSError:
             data = b""
         if not data:
-            self._spawner_lost()
+            self._spawner_lost(link)
             return
-        self._spawner_said(msgpack.unpackb(data, raw=False))
+        self._spawner_said(link, msgpack.unpackb(data, raw=False))
 
-    def _spawner_said(self, message):
+    def _spawner_said(self, link, message):
         if "exit" in message:
-            self.meter.spawner_usage(self.spawner_pid, *message["usage"])
+            self.meter.spawner_usage(link.pid, *message["usage"])
             command = self.by_pid.pop(message["exit"], None)
             if command is not None:
                 self._finish(command, message["status"])
@@ -203,9 +240,11 @@ class Commands:
                 self._finish(command, None)
 
     def _spawn_again(self, command):
-        """The processes bound refused ``command``'s spawn: if leftovers of earlier commands
-        fill it, they are killed (the bound is theirs) and the command handed again shortly."""
-        if command.killed or command.tries >= SPAWN_TRIES or not self.lingering or self.cgroups is None:
+        """The processes bound refused ``command``'s spawn: what earlier commands left running
+        is killed (the bound is charged to it), what the init may reap is reaped (a bomb just
+        killed holds the bound with its zombies until then), and the command is handed again
+        shortly; after ``SPAWN_TRIES`` it ends with the bound."""
+        if command.killed or command.tries >= SPAWN_TRIES or self.cgroups is None:
             return False
         self._empty_leftovers()
         command.tries += 1
@@ -223,18 +262,30 @@ class Commands:
             elif when <= now:
                 self.again.pop(number)
                 command.sent = now
-                if not self._hand(command):
-                    self._spawner_lost()
+                if not command.spawner.hand(command):
+                    self._spawner_lost(command.spawner)
                     return
             else:
                 self._due(when)
 
     def fork_spawner(self):
+        """The first spawner, in slot 0 (the server's, once the init is home)."""
+        link = Link(0)
+        self._start(link, self._fork)
+        self.spawners.append(link)
+
+    def _start(self, link, fork):
+        """Fork a spawner for ``link`` (``fork``: how; it may raise ``BlockingIOError``)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         page = mmap.mmap(-1, mmap.PAGESIZE)  # shared with the child: what it writes, the init reads
         taken = memoryview(page).cast("q")
         taken[0] = -1
-        pid = self._fork()
+        try:
+            pid = fork()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
         if pid == 0:
             ours.close()
             for fd in self.inherited():
@@ -243,18 +294,44 @@ class Commands:
                 except OSError:
                     pass
             try:
-                Spawner(theirs, self.cgroups, self.env, taken).run(self.spawner_slot, self.workspace.lib)
+                Spawner(theirs, self.cgroups, self.env, taken).run(link.slot, self.workspace.lib)
             finally:
                 os._exit(1)
         theirs.close()
         ours.setblocking(False)
-        self.spawner, self.spawner_pid, self.taken = ours, pid, taken
-        self.watch(ours.fileno(), SPAWNER, self._spawner_event)
+        link.sock, link.pid, link.taken = ours, pid, taken
+        self.watch(ours.fileno(), SPAWNER, lambda mask, l=link: self._spawner_event(l))
+
+    def _grow(self, slot):
+        """A new spawner parked in ``slot``, or ``None`` when none can be forked now (the
+        uid's process limit: then an existing one moves; no command is killed for it)."""
+        link = Link(slot)
+        try:
+            self._start(link, os.fork)
+        except BlockingIOError:
+            return None
+        self.spawners.append(link)
+        return link
+
+    def _retire_idle(self, now):
+        """Spawners beyond the first with nothing to spawn for :data:`SPAWNER_IDLE_S` exit
+        (their socket closed); the others are looked at again when they may be."""
+        busy = {command.spawner for command in self.commands.values()}
+        for link in self.spawners[1:]:
+            if link in busy:
+                continue
+            if now - link.used < SPAWNER_IDLE_S:
+                self._due(link.used + SPAWNER_IDLE_S)
+                continue
+            self.spawners.remove(link)
+            self.forget(link.sock.fileno())
+            link.sock.close()
+            self.meter.spawner_gone(link.pid)
 
     def _fork(self):
         """``os.fork()``, which may find the uid's process limit full (``RLIMIT_NPROC``: a
         fork bomb's processes and the zombies of those the bound killed, the init's to reap)
-        when the spawner died mid-bomb: then every command ends with the processes bound,
+        when a spawner died mid-bomb: then every command ends with the processes bound,
         every slot is emptied and reaped, and it tries again (the init must not die of it)."""
         for _ in range(FORK_TRIES - 1):
             try:
@@ -270,28 +347,29 @@ class Commands:
         """Kill what ended commands left running, and reap what the init may (their processes
         and zombies hold the processes bound until then)."""
         for slot in self.lingering:
-            self.cgroups.kill_slot(slot, self.spawner_pid)
+            self.cgroups.kill_slot(slot, self.spawner_pids())
         for pid, status in _children.reaped_now():
             self.reaped(pid, status)
 
-    def _spawner_lost(self):
-        """The spawner died (a command killed it, or the OOM killer: it is in the bounded
-        cgroup, and a fork of the init looks big there), or was killed as wedged. What it
-        said before is heard; another is forked; the commands it never took go to that one
-        (a command may kill each new spawner as it comes: after ``FORK_TRIES`` they end
-        killed); the one it was spawning as it died ends killed (it may have started, and
-        must not run twice); the rest the init reaps itself."""
+    def _spawner_lost(self, link):
+        """``link``'s spawner died (a command killed it, or the OOM killer: it is in the
+        bounded cgroup, and a fork of the init looks big there), or was killed as wedged.
+        What it said before is heard; another is forked in its place; the commands it never
+        took go to that one (a command may kill each new spawner as it comes: after
+        ``FORK_TRIES`` they end killed); the one it was spawning as it died ends killed (it
+        may have started, and must not run twice); the rest the init reaps itself."""
         for _ in range(FORK_TRIES):
-            if self.spawner.fileno() < 0:
+            if link.sock.fileno() < 0:
                 return
-            self._hear_the_last()
-            taken = self.taken[0]
-            self.forget(self.spawner.fileno())
-            self.spawner.close()
-            self.meter.spawner_gone()
-            self.fork_spawner()
+            self._hear_the_last(link)
+            taken = link.taken[0]
+            self.forget(link.sock.fileno())
+            link.sock.close()
+            self.meter.spawner_gone(link.pid)
+            self._start(link, self._fork)
             again = []
-            for command in sorted((c for c in self.commands.values() if c.pid is None), key=lambda c: c.number):
+            for command in sorted((c for c in self.commands.values() if c.spawner is link and c.pid is None),
+                                  key=lambda c: c.number):
                 refused = self.again.pop(command.number, None) is not None
                 if command.killed or (command.number <= taken and not refused):
                     self.kill(command, command.bound)
@@ -299,38 +377,31 @@ class Commands:
                 else:  # never taken, or refused at its spawn (so it never started either)
                     command.sent = time.monotonic()  # its spawn's timeout starts again
                     again.append(command)
-            if all(self._hand(c) for c in again):
+            if all(link.hand(c) for c in again):
                 return
-        for command in [c for c in self.commands.values() if c.pid is None]:
+        for command in [c for c in self.commands.values() if c.spawner is link and c.pid is None]:
             self.kill(command, command.bound)
             self._finish(command, None)
 
-    def _hear_the_last(self):
+    def _hear_the_last(self, link):
         """What the lost spawner said and the init has yet to read (pids, exits)."""
         while True:
             try:
-                data = self.spawner.recv(1 << 16)
+                data = link.sock.recv(1 << 16)
             except OSError:
                 return
             if not data:
                 return
-            self._spawner_said(msgpack.unpackb(data, raw=False))
+            self._spawner_said(link, msgpack.unpackb(data, raw=False))
 
-    def _replace_spawner(self):
-        """Kill the spawner and fork another: it is stopped or wedged (a command may stop it:
-        the same uid); its commands are then the init's to reap."""
+    def _replace_spawner(self, link):
+        """Kill ``link``'s spawner and fork another: it is stopped or wedged (a command may
+        stop it: the same uid); its commands are then the init's to reap."""
         try:
-            os.kill(self.spawner_pid, signal.SIGKILL)
+            os.kill(link.pid, signal.SIGKILL)
         except OSError:
             pass
-        self._spawner_lost()
-
-    def _spawner_stopped(self):
-        try:
-            with open(f"/proc/{self.spawner_pid}/stat") as handle:
-                return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-        except (OSError, IndexError):
-            return False
+        self._spawner_lost(link)
 
     def _output(self, command):
         try:
@@ -359,7 +430,7 @@ class Commands:
         if command.bound is None:
             command.bound = self._bound_during(command) or self.meter.check_life(full=False)
             if command.bound is not None and self.cgroups is not None:
-                self.cgroups.kill_slot(command.slot, self.spawner_pid)  # what it left running goes with it
+                self.cgroups.kill_slot(command.slot, self.spawner_pids())  # what it left running goes with it
         command.connection.send(_wire.ok(command.request, command.result()))
         self._discard(command)
 
@@ -370,12 +441,14 @@ class Commands:
         self.by_pid.pop(command.pid, None)
         command.connection.commands.pop(command.request, None)
         self._release_slot(command.slot)
+        if len(self.spawners) > 1:
+            self._due(command.spawner.used + SPAWNER_IDLE_S)  # it may be idle then
 
     def kill(self, command, bound):
         """Kill everything ``command`` started (its slot; without cgroups, its session)."""
         command.bound, command.killed = command.bound or bound, True
         if self.cgroups is not None:
-            self.cgroups.kill_slot(command.slot, self.spawner_pid)
+            self.cgroups.kill_slot(command.slot, self.spawner_pids())
         elif command.pid is not None:
             try:
                 os.killpg(command.pid, signal.SIGKILL)
@@ -406,8 +479,10 @@ class Commands:
         self.wake_at = None
         if self.again:
             self._hand_again(now)
-        if any(c.pid is None and now - c.sent > SPAWN_TIMEOUT_S for c in self.commands.values()):
-            self._replace_spawner()
+        if len(self.spawners) > 1:
+            self._retire_idle(now)
+        for link in {c.spawner for c in self.commands.values() if c.pid is None and now - c.sent > SPAWN_TIMEOUT_S}:
+            self._replace_spawner(link)
         for command in list(self.commands.values()):
             if now >= command.deadline and command.bound is None:
                 self.kill(command, "wall")
@@ -422,12 +497,13 @@ class Commands:
             self._due(self.next_watch)
 
     def _measure(self):
-        if self.commands and self._spawner_stopped():
-            self._replace_spawner()
+        for link in {c.spawner for c in self.commands.values()}:
+            if link.stopped():
+                self._replace_spawner(link)
         spent = self.meter.check_life(full=True)
         if spent is not None:
             for slot in self.lingering:
-                self.cgroups.kill_slot(slot, self.spawner_pid)
+                self.cgroups.kill_slot(slot, self.spawner_pids())
             for command in list(self.commands.values()):
                 self.kill(command, spent)
             return
@@ -453,7 +529,7 @@ class Commands:
         if self.lingering:
             return set(self.lingering)
         running = {c.slot for c in self.commands.values()}
-        crowded = self.cgroups.crowded(running, self.spawner_pid) if self.cgroups is not None else None
+        crowded = self.cgroups.crowded(running, self.spawner_pids()) if self.cgroups is not None else None
         return {crowded} if crowded is not None else running
 
     def _bound_during(self, command):
@@ -473,30 +549,47 @@ class Commands:
         refused = self.meter.events()[1]
         charged = self._refusals_charged_to()
         for slot in charged & set(self.lingering):
-            self.cgroups.kill_slot(slot, self.spawner_pid)
+            self.cgroups.kill_slot(slot, self.spawner_pids())
         for command in list(self.commands.values()):
             if command.slot in charged:
                 self.kill(command, "processes")
             command.before = (command.before[0], max(command.before[1], refused))
 
-    def _take_slot(self):
-        """The slot for a new command: the spawner's own when it is free (no cgroup move);
-        else another (free, or new), which the spawner moves to before spawning."""
-        if self.spawner_slot in self.free_slots:
-            self.free_slots.remove(self.spawner_slot)
-            return self.spawner_slot
-        if not self.free_slots and self.lingering and self.cgroups is not None:
-            still = [s for s in self.lingering if self.cgroups.slot_busy(s, self.spawner_pid)]
-            self.free_slots += [s for s in self.lingering if s not in still]
-            self.lingering = still
+    def _place(self):
+        """The slot and the spawner for a new command: an idle spawner's own slot when it is
+        free (nothing moves); else a free or new slot, with a new spawner while the pool may
+        grow, else one that moves there (the one with the fewest commands)."""
+        link = self._idle_in_free_slot()
+        if link is None and self.lingering and self.cgroups is not None:
+            parked = {l.slot for l in self.spawners}
+            if not self.free_slots or parked & set(self.lingering):  # have their leftovers ended?
+                pids = self.spawner_pids()
+                still = [s for s in self.lingering if self.cgroups.slot_busy(s, pids)]
+                self.free_slots += [s for s in self.lingering if s not in still]
+                self.lingering = still
+                link = self._idle_in_free_slot()
+        if link is not None:
+            self.free_slots.remove(link.slot)
+            return link.slot, link
         if self.free_slots:
-            self.spawner_slot = self.free_slots.pop()
+            slot = self.free_slots.pop()
         else:
-            self.spawner_slot, self.next_slot = self.next_slot, self.next_slot + 1
-        return self.spawner_slot
+            slot, self.next_slot = self.next_slot, self.next_slot + 1
+        link = self._grow(slot) if len(self.spawners) < self.max_spawners else None
+        if link is None:
+            load = {l: 0 for l in self.spawners}
+            for command in self.commands.values():
+                load[command.spawner] += 1
+            link = min(self.spawners, key=load.__getitem__)
+            link.slot = slot  # it moves there before spawning (see Spawner.spawn)
+        return slot, link
+
+    def _idle_in_free_slot(self):
+        free = set(self.free_slots)
+        return next((link for link in self.spawners if link.slot in free), None)
 
     def _release_slot(self, slot):
-        if self.cgroups is not None and self.cgroups.slot_busy(slot, self.spawner_pid):
+        if self.cgroups is not None and self.cgroups.slot_busy(slot, self.spawner_pids()):
             self.lingering.append(slot)
             self._due(self.next_watch)
         else:

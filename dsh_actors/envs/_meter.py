@@ -65,33 +65,33 @@ def _cpu_of(pid):
 
 
 def _live(skip):
-    """The other processes of this PID namespace (this init is 1), but ``skip``."""
-    return [name for name in os.listdir("/proc") if name.isdigit() and name != "1" and int(name) != skip]
+    """The other processes of this PID namespace (this init is 1), but those in ``skip``."""
+    return [name for name in os.listdir("/proc") if name.isdigit() and name != "1" and int(name) not in skip]
 
 
 class Meter:
     """Reads what the environment used (see the module docs).
 
     The kernel adds a reaped process's I/O and CPU to its reaper's: the init's own counters
-    hold everything it reaped (orphans, a spawner that died, and all that one reaped), the
-    spawner's what it reaped (the commands' bash); the spawner reports its counters with
+    hold everything it reaped (orphans, a spawner that ended, and all that one reaped), a
+    spawner's what it reaped (the commands' bash); each spawner reports its counters with
     each exit (:meth:`spawner_usage`): not being dumpable, it cannot be read from outside."""
 
     def __init__(self, cgroups, *, cpu_s, disk_bytes, processes):
         self.cgroups, self.cpu_limit, self.disk_limit, self.processes = cgroups, cpu_s, disk_bytes, processes
         self._base_written = _own()[0]
-        self._spawner = (None, 0, 0.0)  # its pid, bytes written and CPU seconds, as it last said
+        self._spawners = {}  # spawner pid -> (bytes written, CPU seconds), as it last said
         self._live_written = 0  # the other live processes' share, as of the last full reading
         self._cpu_tracked = cgroups is not None and cgroups.cpu_s() is not None
         self._seen_refused = 0
         self.spent = None
 
     def spawner_usage(self, pid, written, cpu_s):
-        self._spawner = (pid, written, cpu_s)
+        self._spawners[pid] = (written, cpu_s)
 
-    def spawner_gone(self):
-        """Its counts are the init's now (the init reaped it)."""
-        self._spawner = (None, 0, 0.0)
+    def spawner_gone(self, pid):
+        """Its counts are the init's now (the init reaps it)."""
+        self._spawners.pop(pid, None)
 
     def events(self):
         """``(OOM kills, forks refused)`` so far: a command compares them at its end."""
@@ -109,15 +109,15 @@ class Meter:
     def written(self, full):
         """Bytes written so far (``full``: the live processes read now, else as last read)."""
         if full:
-            self._live_written = sum(_io_written(pid) for pid in _live(self._spawner[0]))
-        return _own()[0] - self._base_written + self._spawner[1] + self._live_written
+            self._live_written = sum(_io_written(pid) for pid in _live(self._spawners))
+        return _own()[0] - self._base_written + sum(w for w, _ in self._spawners.values()) + self._live_written
 
     def cpu_used(self, full):
         if self._cpu_tracked:
             return self.cgroups.cpu_s() or 0.0
-        total = _own()[1] + self._spawner[2]
+        total = _own()[1] + sum(cpu for _, cpu in self._spawners.values())
         if full:
-            total += sum(_cpu_of(pid) for pid in _live(self._spawner[0]))
+            total += sum(_cpu_of(pid) for pid in _live(self._spawners))
         return total
 
     def check_life(self, full):
@@ -142,4 +142,4 @@ class Meter:
 
     def too_many_processes(self):
         """Without a pids cgroup (no event to read): whether the count is at the bound."""
-        return self.cgroups is None and len(_live(None)) + 1 >= self.processes
+        return self.cgroups is None and len(_live(())) + 1 >= self.processes

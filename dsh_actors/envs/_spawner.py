@@ -1,12 +1,14 @@
 """An environment's spawner: where its commands are born, already inside their cgroups.
 
-Forked by the init once every wall is up (so it has them all, and can only add to them);
-a top-level module of the trusted processes. It joins the environment's bounded cgroup
-(``box``) for good, and a tracking slot. Asked by the init, it ``posix_spawn``-s the command
-right where it is (``vfork`` and ``exec``: nothing is copied), first moving to the slot the
-init named if that is another (only when commands overlap, or the last one left a process
-behind: a cgroup move after an idle spell waits for an RCU grace period, about 8 ms on
-these machines), and answers with its pid; it reaps its commands and reports each exit.
+Forked by the init once every wall is up (so it has them all, and can only add to them),
+one per command in flight (:mod:`_commands`); a top-level module of the trusted processes.
+It joins the environment's bounded cgroup (``box``) for good, and a tracking slot. Asked by
+the init, it ``posix_spawn``-s the command right where it is (``vfork`` and ``exec``: nothing
+is copied), first moving to the slot the init named if that is another (only when its last
+command left a process behind, or the init has as many spawners as it may: a cgroup move
+takes a lock every fork on the node waits for, and after an idle spell waits for an RCU grace
+period, about 8 ms on these machines), and answers with its pid; it reaps its commands and
+reports each exit.
 
 Why a process of its own, not the init: a process's children are born in its cgroups, and
 the init stays outside ``box`` so the memory bound's OOM killer never picks it. The

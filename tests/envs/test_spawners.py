@@ -1,0 +1,66 @@
+"""An environment's spawners, seen from the host: one per command in flight, each parked in its
+command's slot, so that overlapping commands are born where a spawner already is (a cgroup
+move takes a node-wide lock, and after an idle spell waits for an RCU grace period); the pool
+has a cap, and the idle spawners beyond the first exit."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from .host import processes_of, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+IDLE_S = 5.0  # _commands.SPAWNER_IDLE_S (a module of the init, not importable from here)
+
+
+def spawners_of(env):
+    """``{host pid: its /proc/<pid>/cgroup}`` of the environment's spawners."""
+    found = {}
+    for pid in processes_of(env.uid):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "dsh-envs-spawne":  # cut at 15 characters
+                found[pid] = Path(f"/proc/{pid}/cgroup").read_bytes()
+        except OSError:
+            pass
+    return found
+
+
+def wave(loop, env, command, count, timeout_s=20.0):
+    async def together():
+        return await asyncio.gather(*(env.run(command, timeout_s=timeout_s) for _ in range(count)))
+    return loop.run(together())
+
+
+def test_overlapping_commands_each_get_a_spawner_that_stays_in_their_slot(envs, env, loop):
+    first = wave(loop, env, "cat /proc/self/cgroup; sleep 0.5", 6)
+    assert all(r.exit_code == 0 for r in first)
+    slots = {r.output for r in first}
+    assert len(slots) == 6  # each command tracked in a cgroup of its own
+    parked = spawners_of(env)
+    assert len(parked) == 6 and set(parked.values()) == slots  # each spawner in the slot it spawned in
+
+    second = wave(loop, env, "cat /proc/self/cgroup; sleep 0.5", 6)
+    assert {r.output for r in second} == slots
+    assert spawners_of(env) == parked  # the same processes, where they were: no move, no new one
+
+
+def test_a_command_killed_in_its_slot_spares_the_spawner_parked_there(envs, env, loop):
+    killed = wave(loop, env, "sleep 30 & sleep 30", 3, timeout_s=0.5)
+    assert [r.bound for r in killed] == ["wall"] * 3
+    parked = spawners_of(env)
+    assert len(parked) == 3
+    again = wave(loop, env, "echo again", 3)
+    assert [r.output for r in again] == [b"again\n"] * 3
+    assert spawners_of(env) == parked
+
+
+def test_the_pool_is_capped_by_the_processes_bound_and_its_idle_spawners_exit(envs, loop):
+    env = envs(processes=32)  # at most 32 // 8 = 4 spawners
+    ran = wave(loop, env, "cat /proc/self/cgroup; sleep 0.5", 8)
+    assert all(r.exit_code == 0 for r in ran)
+    assert len({r.output for r in ran}) == 8  # past the cap a spawner moves: still a slot each
+    assert len(spawners_of(env)) == 4
+    assert wait_until(lambda: len(spawners_of(env)) == 1, timeout_s=IDLE_S + 5)
+    assert envs.sh(env, "echo after").output == b"after\n"
