@@ -14,7 +14,8 @@ A top-level module of the init (``_server.py`` owns the loop and the clients; th
 - the spawner (:mod:`_spawner`) spawns ``bash -c`` in the slot and says its pid, then its
   exit; if a spawner dies (a command killed it, the OOM killer) or is stopped, the init
   forks another in its place, hands it the commands the dead one never took, and reaps the
-  orphans itself; a spawner beyond the first that has been idle :data:`SPAWNER_IDLE_S` exits;
+  orphans itself; a spawner beyond the first that has been idle ``spawner_idle_s`` exits (the
+  backend's setting);
 - its end is its ``bash`` exiting (what it left running keeps running in its slot until the
   environment ends, unless a bound or the wall killed the slot): the pipe is drained of what
   is already written, and the result sent with the bound that stopped it, if one did;
@@ -59,10 +60,6 @@ spawner already is. A cgroup move takes a lock every fork and exit on the node w
 after an idle spell waits for an RCU grace period: with one spawner moving between the slots of
 32 commands in flight, the slowest commands took 1.2-1.7x as long as bare ones, 0.8x without."""
 
-SPAWNER_IDLE_S = 5.0
-"""A spawner beyond the first exits after this long with nothing to spawn (each holds about
-2 MB of its own, charged to the environment's memory bound)."""
-
 # what one wake-up of the init's loop handles first: finishing commands before starting new
 # ones keeps the slowest of 32 concurrent commands close to the median
 REAP, SPAWNER, OUTPUT, CLIENT = 0, 1, 2, 3
@@ -105,7 +102,7 @@ class Command:
 class Link:
     """The init's end of one spawner: its socket and pid, the page where it writes the number
     of each request it takes, the slot it is parked in (or will be, once it has taken what it
-    was handed), and when it was last handed a command. A spawner that dies is replaced in
+    was handed), and when it was last handed a command or one of its commands ended. A spawner that dies is replaced in
     the same link, so its commands keep it."""
 
     __slots__ = ("sock", "pid", "taken", "slot", "used")
@@ -137,7 +134,7 @@ class Commands:
     """The init's commands (see the module docs). ``watch(fd, priority, handler)`` and
     ``forget(fd)`` are the loop's; ``inherited()`` the descriptors a spawner closes."""
 
-    def __init__(self, *, watch, forget, inherited, cgroups, meter, env, workspace):
+    def __init__(self, *, watch, forget, inherited, cgroups, meter, env, workspace, spawner_idle_s):
         self.watch, self.forget, self.inherited = watch, forget, inherited
         self.cgroups, self.meter, self.env, self.workspace = cgroups, meter, env, workspace
         self.commands = {}          # spawn number -> Command, until its bash is reaped
@@ -146,6 +143,7 @@ class Commands:
         self.free_slots, self.lingering, self.next_slot = [0], [], 1
         self.spawners = []  # Link, the first forked at the start, the others as commands overlap
         self.max_spawners = max(1, min(MAX_SPAWNERS, meter.processes // 8))
+        self.spawner_idle_s = spawner_idle_s
         self.next_watch = 0.0
         self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
         self.again = {}  # spawn number -> when a command refused at its spawn is handed again
@@ -314,14 +312,14 @@ class Commands:
         return link
 
     def _retire_idle(self, now):
-        """Spawners beyond the first with nothing to spawn for :data:`SPAWNER_IDLE_S` exit
+        """Spawners beyond the first with nothing to spawn for ``spawner_idle_s`` exit
         (their socket closed); the others are looked at again when they may be."""
         busy = {command.spawner for command in self.commands.values()}
         for link in self.spawners[1:]:
             if link in busy:
                 continue
-            if now - link.used < SPAWNER_IDLE_S:
-                self._due(link.used + SPAWNER_IDLE_S)
+            if now - link.used < self.spawner_idle_s:
+                self._due(link.used + self.spawner_idle_s)
                 continue
             self.spawners.remove(link)
             self.forget(link.sock.fileno())
@@ -441,8 +439,9 @@ class Commands:
         self.by_pid.pop(command.pid, None)
         command.connection.commands.pop(command.request, None)
         self._release_slot(command.slot)
+        command.spawner.used = time.monotonic()
         if len(self.spawners) > 1:
-            self._due(command.spawner.used + SPAWNER_IDLE_S)  # it may be idle then
+            self._due(command.spawner.used + self.spawner_idle_s)  # it may be idle then
 
     def kill(self, command, bound):
         """Kill everything ``command`` started (its slot; without cgroups, its session)."""

@@ -173,7 +173,7 @@ def main(config, *, alive_fd, channel, program):
         if "seccomp" in mechanisms:
             _confine.load_filter(lib, program)
         server = Server(listener=listener, secret=env["secret"], env_id=env["env_id"], workspace=workspace,
-                        cgroups=cgroups, meter=meter, warden=channel,
+                        cgroups=cgroups, meter=meter, warden=channel, spawner_idle_s=config["spawner_idle_s"],
                         env={"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", **dict(env["env"])})
     except BaseException as exc:  # noqa: BLE001 - whatever failed, it is reported and the init ends
         try:

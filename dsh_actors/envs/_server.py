@@ -90,7 +90,7 @@ class Connection:
 class Server:
     """PID 1's loop (see the module docs)."""
 
-    def __init__(self, *, listener, secret, env_id, workspace, cgroups, meter, env, warden):
+    def __init__(self, *, listener, secret, env_id, workspace, cgroups, meter, env, warden, spawner_idle_s):
         self.listener, self.secret, self.env_id, self.warden = listener, secret, env_id, warden
         self.workspace, self.cgroups, self.meter = workspace, cgroups, meter
         self.epoll = select.epoll()
@@ -98,6 +98,7 @@ class Server:
         self.writing = set()
         self.wake = _children.watch_children()
         self.commands = Commands(watch=self._watch, forget=self._forget, cgroups=cgroups, meter=meter, env=env,
+                                 spawner_idle_s=spawner_idle_s,
                                  workspace=workspace,
                                  inherited=lambda: (listener.fileno(), self.epoll.fileno(), self.wake, *self.handlers))
         self._watch(self.wake, REAP, self._reap)

@@ -90,6 +90,13 @@ starting more at once only adds to everyone's wait."""
 START_TIMEOUT_S = 30.0
 """How long a start may take once its turn came before it counts as failed."""
 
+SPAWNER_IDLE_S = 30.0
+"""How long an environment keeps a spare spawner with nothing to spawn. It keeps one spawner
+per command in flight (each command is born in its spawner's tracking cgroup, so that none
+moves between cgroups); the spares of a burst stay this long, so that an agent's next turn
+finds them (a new one is a fork and two cgroup moves), then go (each holds about 2 MB of its
+own, charged to the environment's memory bound)."""
+
 END_TIMEOUT_S = 10.0
 """How long an end waits for the kernel to finish killing an environment's processes."""
 
@@ -145,11 +152,12 @@ class NativeBackend:
     accepts doing without where the host lacks them. ``readonly``: the host paths an
     environment sees. ``folder``: the base folder for sockets (default
     ``/tmp/dsh-envs-<uid>``). ``max_starting``: environments starting at once (the rest
-    queue). Used from one event loop (the first it is used from)."""
+    queue). ``spawner_idle_s``: how long an environment keeps the spare spawners of a burst of
+commands (:data:`SPAWNER_IDLE_S`). Used from one event loop (the first it is used from)."""
 
     def __init__(self, *, allow_missing: Iterable[str] = (), readonly: Sequence[str] = SYSTEM_PATHS,
                  folder: str | None = None, max_starting: int = DEFAULT_MAX_STARTING,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, spawner_idle_s: float = SPAWNER_IDLE_S) -> None:
         self.allow_missing = tuple(allow_missing)
         unknown = set(self.allow_missing) - set(MECHANISMS)
         if unknown:
@@ -160,7 +168,9 @@ class NativeBackend:
         if isinstance(max_starting, bool) or not isinstance(max_starting, int) or max_starting < 1:
             raise ValueError(f"max_starting is a whole number, at least 1; got {max_starting!r}")
         self.readonly = tuple(os.path.normpath(p) for p in readonly)
-        self.max_starting, self.start_timeout_s = max_starting, start_timeout_s
+        if not spawner_idle_s >= 0:
+            raise ValueError(f"spawner_idle_s is seconds, at least 0; got {spawner_idle_s!r}")
+        self.max_starting, self.start_timeout_s, self.spawner_idle_s = max_starting, start_timeout_s, spawner_idle_s
         self._base = folder
         self._folder: _folder.Folder | None = None
         self._parent: WarmParent | None = None
@@ -206,7 +216,7 @@ class NativeBackend:
         self._plan, self._mechanisms = plan, mechanisms
         self._parent = WarmParent(launch_config(
             mechanisms=sorted(mechanisms), readonly=list(self.readonly), stage=folder.stage, cgroups=plan,
-            shm_mb=SHM_MB, uid_locks=folder.uid_locks))
+            shm_mb=SHM_MB, uid_locks=folder.uid_locks, spawner_idle_s=float(self.spawner_idle_s)))
         return mechanisms
 
     def _workspace(self, path: str) -> str:

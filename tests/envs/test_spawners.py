@@ -8,11 +8,21 @@ from pathlib import Path
 
 import pytest
 
+from dsh_actors.envs.native import NativeBackend
+
 from .host import processes_of, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-IDLE_S = 5.0  # _commands.SPAWNER_IDLE_S (a module of the init, not importable from here)
+IDLE_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def backend(loop):
+    """Spare spawners kept 2 s (30 s by default), so that their end is seen soon."""
+    made = NativeBackend(spawner_idle_s=IDLE_S)
+    yield made
+    loop.run(made.close())
 
 
 def spawners_of(env):
@@ -64,3 +74,9 @@ def test_the_pool_is_capped_by_the_processes_bound_and_its_idle_spawners_exit(en
     assert len(spawners_of(env)) == 4
     assert wait_until(lambda: len(spawners_of(env)) == 1, timeout_s=IDLE_S + 5)
     assert envs.sh(env, "echo after").output == b"after\n"
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+def test_the_backend_refuses_a_spawner_idle_time_that_is_not_seconds(bad):
+    with pytest.raises(ValueError, match="spawner_idle_s is seconds"):
+        NativeBackend(spawner_idle_s=bad)
