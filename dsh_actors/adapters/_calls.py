@@ -16,7 +16,9 @@ nothing of any framework. A call:
   and the framework's approved retry answers it and collects the result. With
   ``framework_asks=False`` every ask goes to the registry's own seam (on Ray, the queue,
   answerable from any process);
-- is recorded in the agent's session log, when it has one.
+- is recorded in the agent's session log, when it has one: a call the framework cancelled
+  too (its own result if it stopped within :data:`CANCEL_GRACE_S` of its signal's abort,
+  else ``CANCELLED``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import error_result
+from ..core.errors import ExecutionCancelledError, error_result
 from ..core.pipeline import ApprovalRequest, ApprovalSeam
 from ..core.pipeline.chain import settle
 from ..core.jsonvalue import thaw
@@ -39,6 +41,11 @@ from ..runtime.registry.asking import AskingCalls
 from ..inmemory import InMemoryRegistry, InMemoryScope
 
 __all__ = ["Asked", "FrameworkApproval", "ToolCalls", "kept"]
+
+CANCEL_GRACE_S = 0.2
+"""How long a call the framework cancelled (in this process) may take to stop on its aborted
+signal, ending through the pipeline as usual (its observers hear its result, the session log
+records it), before it is cancelled too (the runtime's force-stop grace is as long)."""
 
 _LOST = {
     "unknown": "no call waits for this approval (answered already, or asked in another process); call the tool again",
@@ -109,6 +116,7 @@ class ToolCalls:
         self.target, self.log = target, log
         registry: Any = target._registry if isinstance(target, InMemoryScope) else getattr(target, "registry", target)
         self.framework_asks = framework_asks
+        self._stopped: dict[str, ToolExecutionResult] = {}  # call id -> what a cancelled call ended with
         self.asking: AskingCalls | None = None  # on Ray: the calls asked of the framework, held here
         self._asks: dict[str, tuple[str, str | None]] = {}  # call id -> its ask (id, reason), held here
         if framework_asks and isinstance(registry, InMemoryRegistry):
@@ -127,10 +135,19 @@ class ToolCalls:
         :class:`Asked` when the framework's approval is needed first. ``approved``: the
         framework approved this call (a retry after its approval flow)."""
         call_id = call_id or f"call-{uuid.uuid4().hex[:12]}"
-        if self.asking is not None:
-            outcome = await self._on_ray(name, arguments, call_id, approved)
-        else:
-            outcome = await self._here(name, arguments, call_id, approved)
+        try:
+            if self.asking is not None:
+                outcome = await self._on_ray(name, arguments, call_id, approved)
+            else:
+                outcome = await self._here(name, arguments, call_id, approved)
+        except asyncio.CancelledError:
+            stopped = self._stopped.pop(call_id, None)
+            if self.log is not None:
+                if stopped is None:
+                    failure = ExecutionCancelledError(f'tool call "{name}" ({call_id}) was cancelled by the framework')
+                    stopped = ToolExecutionResult({**error_result(failure), "call_id": call_id})
+                await settle(self.log.append(tool_result_event(arguments, name, stopped)))
+            raise
         if self.log is not None and not isinstance(outcome, Asked):
             await settle(self.log.append(tool_result_event(arguments, name, outcome)))
         return outcome
@@ -161,7 +178,7 @@ class ToolCalls:
             return Asked(self._asks[call_id][1])
         held = self._asks.pop(call_id, (None, None))[0] if approved else None
         if held is None:
-            kind, value = await self.asking.run_or_ask(call_id, self._execute(name, arguments, call_id))
+            kind, value = await self.asking.run_or_ask(call_id, self._execute(name, arguments, call_id, grace=False))
             if kind == "done":
                 return ToolExecutionResult(value)
             if not approved:
@@ -175,11 +192,21 @@ class ToolCalls:
                 if status == "died" else AskLostError(_LOST[status]))
         return ToolExecutionResult({**error_result(lost), "call_id": call_id})
 
-    async def _execute(self, name: str, arguments: Any, call_id: str) -> ToolExecutionResult:
+    async def _execute(self, name: str, arguments: Any, call_id: str, grace: bool = True) -> ToolExecutionResult:
+        """The call through the pipeline. Cancelled, its signal is aborted, and (``grace``:
+        the caller hears what it ended with) it has :data:`CANCEL_GRACE_S` to stop by itself."""
         controller = AbortController()
+        running = asyncio.ensure_future(settle(self.target.execute(call_id=call_id, name=name, arguments=arguments,
+                                                                   signal=controller.signal)))
         try:
-            return await settle(self.target.execute(call_id=call_id, name=name, arguments=arguments,
-                                                    signal=controller.signal))
-        except asyncio.CancelledError:  # the body was cancelled with it: whatever else listens hears it
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:  # the framework's: the call's signal says so, and it has a grace to stop
             controller.abort("the framework cancelled the call")
+            try:
+                await asyncio.wait({running}, timeout=CANCEL_GRACE_S if grace else 0)
+            finally:
+                if grace and running.done() and not running.cancelled() and running.exception() is None:
+                    self._stopped[call_id] = running.result()
+                else:
+                    running.cancel()
             raise

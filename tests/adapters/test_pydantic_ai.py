@@ -122,8 +122,10 @@ def test_a_refused_approval_never_runs_the_call(tmp_path):
 
 
 def test_a_cancelled_run_cancels_the_call_and_aborts_its_signal(tmp_path):
+    """A body that does not stop on its signal is cancelled after the grace; the log still
+    holds the call, CANCELLED."""
     registry = InMemoryRegistry()
-    signals = []
+    signals, log = [], []
 
     async def wait(args, ctx):
         signals.append(ctx.signal)
@@ -140,16 +142,40 @@ def test_a_cancelled_run_cancels_the_call_and_aborts_its_signal(tmp_path):
     def model(messages, info):
         return ModelResponse(parts=[ToolCallPart("wait", {}, tool_call_id="c-wait")])
 
-    agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "carol")])
-
-    async def run_and_give_up():
-        run = asyncio.ensure_future(agent.run("go"))
-        while not signals:
-            await asyncio.sleep(0.01)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-
-    asyncio.run(run_and_give_up())
+    agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "carol", log=_Appended(log))])
+    asyncio.run(_run_and_give_up(agent, signals))
     assert (tmp_path / "cancelled").exists() and not (tmp_path / "finished").exists()
     assert signals[0].aborted and signals[0].reason == "the framework cancelled the call"  # for what else listens
+    assert [(e["call_id"], e["is_error"], e["error"]["code"]) for e in log] == [("c-wait", True, "CANCELLED")]
+
+
+async def _run_and_give_up(agent, signals):
+    run = asyncio.ensure_future(agent.run("go"))
+    while not signals:
+        await asyncio.sleep(0.01)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+def test_a_cancelled_call_that_stops_on_its_signal_ends_through_the_pipeline():
+    """Its observers hear what it returned, and the log records it (not a bare CANCELLED)."""
+    registry = InMemoryRegistry()
+    signals, log, heard = [], [], []
+
+    async def wait(args, ctx):
+        signals.append(ctx.signal)
+        await ctx.signal
+        return [{"type": "text", "text": f"stopped: {ctx.signal.reason}"}]
+
+    registry.register(define_tool(name="wait", description="Wait.", parameters={}, execute=wait))
+    registry.on("tools/result", lambda execution, result: heard.append((execution.call_id, result["content"])))
+
+    def model(messages, info):
+        return ModelResponse(parts=[ToolCallPart("wait", {}, tool_call_id="c-wait")])
+
+    agent = Agent(FunctionModel(model), toolsets=[DshToolset(registry, "carol", log=_Appended(log))])
+    asyncio.run(_run_and_give_up(agent, signals))
+    said = [{"type": "text", "text": "stopped: the framework cancelled the call"}]
+    assert heard == [("c-wait", said)]
+    assert [(e["call_id"], e["content"]) for e in log] == [("c-wait", said)]
