@@ -86,8 +86,12 @@ def openai_agents_runs(calls: int):
     plain = Agent(name="plain", model=Script(), tools=[function_tool(add)])
     adapted = Agent(name="adapted", model=Script(), tools=asyncio.run(dsh_tools(registry(), "bench")))
     queued = Agent(name="queued", model=Script(), tools=asyncio.run(dsh_tools(registry(), "bench", sdk_approvals=False)))
+    governed = registry()
+    governed.on("tools/pre-execute", lambda execution, call_next: call_next())  # a policy that could ask
+    asking = Agent(name="asking", model=Script(), tools=asyncio.run(dsh_tools(governed, "bench")))
     return {"plain function tool": lambda: Runner.run(plain, "go"), "dsh adapter": lambda: Runner.run(adapted, "go"),
-            "dsh adapter, sdk_approvals=False": lambda: Runner.run(queued, "go")}
+            "dsh adapter, sdk_approvals=False": lambda: Runner.run(queued, "go"),
+            "dsh adapter, a policy that may ask (it allows)": lambda: Runner.run(asking, "go")}
 
 
 def langgraph_runs(calls: int):
@@ -163,7 +167,9 @@ def main() -> None:
              "run each call through an InMemoryRegistry's pipeline as the agent (no listeners) and map its result "
              "to the framework's form; the goal is at most 50 µs added. With the Agents SDK, a tool whose "
              "approval is decided per call (how an ask reaches the SDK's approvals) takes a longer path "
-             "through the SDK; `sdk_approvals=False` leaves asks to the registry's own seam.")
+             "through the SDK, so the adapter asks the SDK that question only while the agent's policies may "
+             "ask (a `tools/pre-execute` listener): the last row has one, which allows every call (its own "
+             "cost and the SDK's question); `sdk_approvals=False` leaves asks to the registry's own seam.")
     write_section("adapters", "Adapters: added cost per call in one process", body)
 
 

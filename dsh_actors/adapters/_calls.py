@@ -125,6 +125,16 @@ class ToolCalls:
         elif framework_asks:
             self.asking = AskingCalls(registry.name, registry.namespace, ttl_s=ask_ttl_s)
 
+    def may_ask(self) -> bool:
+        """Whether a policy may answer ``ask`` to the agent's calls, the registry as it stands
+        now: in this process, whether the agent's plan has a ``tools/pre-execute`` listener (only
+        those decide; a named policy is one); on Ray, assumed."""
+        if isinstance(self.target, InMemoryScope):
+            return bool(self.target._registry.state.plan(self.target.agent_id).pre_execute)
+        if isinstance(self.target, InMemoryRegistry):
+            return bool(self.target.state.plan(None).pre_execute)
+        return True
+
     async def definitions(self) -> list[ToolDefinition]:
         """The tools the agent sees now (its shadows and restrictions applied)."""
         return list(await settle(self.target.visible()))

@@ -50,10 +50,15 @@ async def dsh_tools(target: Any, agent: str | None = None, *, log: Any = None, s
     process or on Ray) as the SDK's function tools; ``log``: its session log, holding every
     call's result. ``sdk_approvals=False``: asks go to the registry's own approval seam (on
     Ray its approval queue, answered from any process), and the SDK is not asked whether
-    each call needs approval (that question costs about 40 µs a call: benchmarks)."""
+    each call needs approval (that question costs about 40 µs a call: benchmarks). In this
+    process the question is asked only when the agent's policies may ask (its plan has a
+    ``tools/pre-execute`` listener) as the registry stands when the tools are made: make them again
+    after adding one (a call it asks about meanwhile does not run: the model is told approval
+    is required)."""
     calls = ToolCalls(target, agent, log=log, framework_asks=sdk_approvals, ask_ttl_s=ask_ttl_s)
     made = _Made()
-    return [_function_tool(calls, made, d) for d in await calls.definitions()]
+    asks = sdk_approvals and calls.may_ask()
+    return [_function_tool(calls, made, d, asks) for d in await calls.definitions()]
 
 
 class _Made:
@@ -92,7 +97,7 @@ class _Made:
             store.pop(next(iter(store)))
 
 
-def _function_tool(calls: ToolCalls, made: _Made, definition: ToolDefinition) -> FunctionTool:
+def _function_tool(calls: ToolCalls, made: _Made, definition: ToolDefinition, asks: bool) -> FunctionTool:
     name = definition.name
 
     async def needs_approval(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
@@ -115,5 +120,5 @@ def _function_tool(calls: ToolCalls, made: _Made, definition: ToolDefinition) ->
     return FunctionTool(name=name, description=definition.description,
                         params_json_schema=strict if strict is not None else object_schema(definition),
                         on_invoke_tool=invoke, strict_json_schema=strict is not None,
-                        needs_approval=needs_approval if calls.framework_asks else False,
+                        needs_approval=needs_approval if asks else False,
                         custom_data_extractor=lambda data: made.kept.pop(data.tool_context.tool_call_id, None))

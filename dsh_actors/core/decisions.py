@@ -18,7 +18,8 @@ an extra key is not a decision, and the call fails closed with a
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import MalformedDecisionError
 

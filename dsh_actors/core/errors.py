@@ -86,7 +86,8 @@ value into ``{content: [{type: text, text: "Error: …"}], is_error: True, error
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 from .jsonvalue import compact
 

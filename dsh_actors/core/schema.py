@@ -16,7 +16,8 @@ string-only. Validation mirrors the conversion exactly: extra keys are allowed, 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict
 
 from .errors import DefinitionError, UnreachableVariantError, error_message, unreachable
 from .jsonvalue import compact, is_lossless

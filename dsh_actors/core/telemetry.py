@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Mapping
+from typing import Any, Awaitable, Callable, Iterator
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, NotRequired, TypedDict, Union
+from collections.abc import Mapping
+from typing import Any, Awaitable, Callable, NotRequired, TypedDict, Union
 
 from . import jsonvalue
 from .jsonvalue import FrozenDict, FrozenValueError

@@ -12,6 +12,7 @@ pytest.importorskip("agents")
 
 from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
 
+from dsh_actors import InMemoryRegistry, ask, define_tool  # noqa: E402
 from dsh_actors.adapters.openai_agents import dsh_tools  # noqa: E402
 from tests.adapters.agents_sdk import ScriptedModel  # noqa: E402
 from tests.adapters.test_pydantic_ai import _registry  # noqa: E402
@@ -94,3 +95,32 @@ def test_without_sdk_approvals_an_ask_goes_to_the_registrys_own_seam(tmp_path):
     result = asyncio.run(run())
     assert result.final_output == "done" and not result.interruptions
     assert asked == [("write", "writes need a human")] and (tmp_path / "out.txt").read_text() == "carol"
+
+
+def test_the_sdk_is_asked_about_approvals_only_while_a_policy_may_ask(tmp_path):
+    """Its approval question costs ~40 µs a call, so a registry whose policies cannot ask is not
+    asked it; a policy added after the tools were made asks, and its call does not run."""
+    registry = InMemoryRegistry()
+
+    def write(args, ctx):
+        (tmp_path / args["name"]).write_text(ctx.agent)
+        return [{"type": "text", "text": f"wrote {args['name']}"}]
+
+    registry.register(define_tool(name="write", description="Write a file.", parameters={"name": {"type": "string"}},
+                                  execute=write))
+    calls = [("write", {"name": "out.txt"}, "c-write")]
+
+    async def run():
+        before = await dsh_tools(registry, "dora")
+        assert [t.needs_approval for t in before] == [False]
+        registry.on("tools/pre-execute", lambda execution, call_next: ask("writes need a human"))
+        model = ScriptedModel(calls)
+        stale = await Runner.run(Agent(name="dora", model=model, tools=before), "go")
+        assert not stale.interruptions and not (tmp_path / "out.txt").exists()
+        assert model.shown["c-write"].startswith('Error: approval for tool "write" is required (writes need a human)')
+        after = await dsh_tools(registry, "dora")
+        assert all(callable(t.needs_approval) for t in after)
+        first = await Runner.run(Agent(name="dora", model=ScriptedModel(calls), tools=after), "go")
+        assert [i.call_id for i in first.interruptions] == ["c-write"] and not (tmp_path / "out.txt").exists()
+
+    asyncio.run(run())

@@ -8,7 +8,8 @@ stage with an error result — no policy, no dispatch, but observers still hear 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import HarnessError, error_result
 from ..jsonvalue import NotLosslessJSONError, snapshot

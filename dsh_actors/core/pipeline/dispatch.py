@@ -11,7 +11,8 @@ a result, never an exception. Contexts the body deferred lead the result's
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..body import run_body
 from ..decisions import parse_content, parse_hook_contexts

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import MalformedResultError, error_message, error_result
 from ..jsonvalue import NotLosslessJSONError, snapshot
