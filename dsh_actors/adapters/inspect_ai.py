@@ -10,9 +10,13 @@ unprivileged user, no network unless ``egress`` says so, bounds on memory, proce
 disk) on a fresh workspace (a copy of ``template``, if given), where the sample's tools —
 ``bash()``, ``python()``, the scorer's commands — run; the sample's end ends it (every
 process inside, whatever it did to stay) and removes its workspace, after a failure too.
-With Ray running in this process (``ray.init``), the environment is started by the node's
-environment host, as an episode's is, and ends with this process if it dies; else by a
-backend of this process.
+With Ray running in this process (``ray.init``), the environment is started by a node's
+environment host, as an episode's is, and ends with this process if it dies: the samples are
+spread over the cluster's nodes (``nodes="spread"``, the node with the fewest of this
+process's environments first; ``"local"``: this process's node), each workspace made on its
+node (``template`` must be a folder there too), and a sample on another node reaches its
+environment through that node's host (an actor call per request). Without Ray, a backend of
+this process starts them.
 
 The contract of inspect's sandboxes holds: ``exec`` (``cmd`` by ``PATH``, ``input``, ``cwd``
 relative to the workspace, ``env``, ``timeout`` → ``TimeoutError``, stdout and stderr
@@ -54,7 +58,9 @@ class DshSandboxConfig(BaseModel, frozen=True):
     """How a sample's environment is made (every field optional)."""
 
     template: str | None = None
-    """A folder copied into each sample's workspace."""
+    """A folder copied into each sample's workspace (on the sample's node)."""
+    nodes: Literal["spread", "local"] = "spread"
+    """On Ray: spread the samples over the cluster's nodes, or keep them on this process's."""
     root: str | None = None
     """Where the samples' workspaces are made (default: a folder under the temporary one)."""
     egress: str | tuple[str, ...] = "none"
@@ -83,31 +89,18 @@ class DshSandboxEnvironment(SandboxEnvironment):
                           metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         settings = _config(config)
         root = Path(settings.root or Path(tempfile.gettempdir()) / "dsh-inspect")
-        root.mkdir(parents=True, exist_ok=True)
-        workspace = root / f"{_safe(task_name)}-{uuid.uuid4().hex[:12]}"
-        if settings.template is not None:
-            shutil.copytree(settings.template, workspace, symlinks=True)
-        else:
-            workspace.mkdir()
-        workspace.chmod(0o755)
-        spec = EnvSpec(workspace=str(workspace), egress=settings.egress, memory_mb=settings.memory_mb,
+        workspace = str(root / f"{_safe(task_name)}-{uuid.uuid4().hex[:12]}")
+        spec = EnvSpec(workspace=workspace, egress=settings.egress, memory_mb=settings.memory_mb,
                        processes=settings.processes, cpu_s=settings.cpu_s, disk_mb=settings.disk_mb)
-        try:
-            place = await _Place.start(f"inspect:{task_name}:{workspace.name}", spec)
-        except BaseException:
-            shutil.rmtree(workspace, ignore_errors=True)
-            raise
-        return {"default": cls(place, str(workspace))}
+        place = await _Place.start(f"inspect:{task_name}:{Path(workspace).name}", spec, settings)
+        return {"default": cls(place, workspace)}
 
     @classmethod
     async def sample_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
                              environments: dict[str, SandboxEnvironment], interrupted: bool) -> None:
         for environment in environments.values():
             if isinstance(environment, DshSandboxEnvironment):
-                try:
-                    await environment.place.end()
-                finally:
-                    shutil.rmtree(environment.workspace, ignore_errors=True)
+                await environment.place.end()
 
     @classmethod
     async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
@@ -210,30 +203,67 @@ def _safe(name: str) -> str:
 
 
 class _Place:
-    """Where a sample's environment runs: the node's environment host (Ray running here) or a
+    """Where a sample's environment runs: a node's environment host (Ray running here) or a
     backend of this process (one per event loop: each ``eval`` runs its own, and a backend
-    lives on the loop that made it)."""
+    lives on the loop that made it); its workspace is made there and removed at its end."""
 
     _local: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    _placed: dict[str, int] = {}  # node -> this process's environments there (spreading)
 
-    def __init__(self, env: Any, session: str | None) -> None:
-        self.env, self.session = env, session
+    def __init__(self, env: Any, spec: EnvSpec, session: str | None = None, node: str | None = None) -> None:
+        self.env, self.spec, self.session, self.node = env, spec, session, node
 
     @classmethod
-    async def start(cls, session: str, spec: EnvSpec) -> _Place:
+    async def start(cls, session: str, spec: EnvSpec, settings: DshSandboxConfig) -> _Place:
         import ray
 
         if ray.is_initialized():
-            from ..runtime.envhost import connect_environment, start_environment
+            return await cls._on_ray(session, spec, settings)
+        from ..runtime.envhost import make_workspace
 
-            await start_environment(session, spec)
-            return cls(await connect_environment(session), session)
-        loop = asyncio.get_running_loop()
-        if loop not in cls._local:
-            from ..envs.native import NativeBackend
+        make_workspace(spec.workspace, settings.template)
+        try:
+            loop = asyncio.get_running_loop()
+            if loop not in cls._local:
+                from ..envs.native import NativeBackend
 
-            cls._local[loop] = NativeBackend()
-        return cls(await cls._local[loop].start(f"inspect-{uuid.uuid4().hex[:16]}", spec), None)
+                cls._local[loop] = NativeBackend()
+            return cls(await cls._local[loop].start(f"inspect-{uuid.uuid4().hex[:16]}", spec), spec)
+        except BaseException:
+            shutil.rmtree(spec.workspace, ignore_errors=True)
+            raise
+
+    @classmethod
+    async def _on_ray(cls, session: str, spec: EnvSpec, settings: DshSandboxConfig) -> _Place:
+        from ..runtime.envhost import _ask_host, connect_environment, start_environment
+        from ..runtime.local import this_node
+        from ..runtime.wire import DEFAULT_NAMESPACE
+
+        node = this_node() if settings.nodes == "local" else await cls._least_used()
+        assert node is not None
+        cls._placed[node] = cls._placed.get(node, 0) + 1
+        place = cls(None, spec, session, node)
+        try:
+            await _ask_host(node, DEFAULT_NAMESPACE, "make_workspace", spec.workspace, settings.template)
+            await start_environment(session, spec, node=node)
+            place.env = await connect_environment(session, node=node)
+        except BaseException:
+            await place.end()
+            raise
+        return place
+
+    @classmethod
+    async def _least_used(cls) -> str | None:
+        """The alive node (with CPUs) holding the fewest of this process's environments, this
+        process's own first among equals."""
+        import ray
+
+        from ..runtime.local import this_node
+
+        here = this_node()
+        nodes = [n["NodeID"] for n in await asyncio.to_thread(ray.nodes)
+                 if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        return min(nodes, key=lambda n: (cls._placed.get(n, 0), n != here), default=here)
 
     @classmethod
     async def close_local(cls) -> None:
@@ -249,10 +279,18 @@ class _Place:
         return await self.env.run(command, timeout_s=timeout_s, cwd=cwd, max_output=MAX_OUTPUT)
 
     async def end(self) -> None:
-        if self.session is not None:
-            from ..runtime.envhost import end_environment
+        """The environment ended (every process in it) and its workspace removed."""
+        if self.node is None:
+            try:
+                await self.env.end()
+            finally:
+                shutil.rmtree(self.spec.workspace, ignore_errors=True)
+            return
+        from ..runtime.envhost import _ask_host, end_environment
+        from ..runtime.wire import DEFAULT_NAMESPACE
 
-            await end_environment(self.session)
-        else:
-            await self.env.end()
-
+        self._placed[self.node] -= 1
+        try:
+            await end_environment(self.session, node=self.node)  # type: ignore[arg-type]
+        finally:
+            await _ask_host(self.node, DEFAULT_NAMESPACE, "remove_workspace", self.spec.workspace)

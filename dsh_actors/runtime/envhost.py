@@ -21,14 +21,16 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import re
+import shutil
 from typing import Any, AsyncIterator, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..envs.contract import (EnvironmentGoneError, EnvironmentStartError, EnvironmentUnavailableError, EnvSpec,
-                             Environment)
+from ..envs.contract import (CommandResult, EnvironmentGoneError, EnvironmentStartError,
+                             EnvironmentUnavailableError, EnvSpec, Environment)
 from ..tools.workspace import AgentWorkspaces, Workspace
 from .backoff import WHILE_RESTARTING
 from .local import this_node
@@ -38,8 +40,9 @@ from .requester import CHECK_S, requester, still_there
 from .revive import kept_actor_async
 from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
-__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "agent_environment",
-           "connect_environment", "end_environment", "env_id_of", "start_environment"]
+__all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "HostedEnvironment",
+           "agent_environment", "connect_environment", "end_environment", "env_id_of", "make_workspace",
+           "start_environment"]
 
 log = logging.getLogger("dsh_actors.runtime")
 
@@ -71,6 +74,7 @@ class EnvHostService:
         self._envs: dict[str, tuple[Environment, tuple[Any, str] | None, str]] = {}  # id -> (env, starter, workspace)
         self._starting: dict[str, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._made: set[str] = set()  # workspaces made for processes of other nodes
 
     def _backend_here(self) -> Any:
         if self._backend is None:
@@ -109,6 +113,38 @@ class EnvHostService:
     def running(self) -> list[str]:
         return sorted(self._envs)
 
+    # --- for a process on another node (HostedEnvironment): the environment through its host
+
+    def make_workspace(self, path: str, template: str | None) -> None:
+        """:func:`make_workspace` on this node, for a process of another; :meth:`remove_workspace`
+        removes it."""
+        make_workspace(path, template)
+        self._made.add(path)
+
+    def remove_workspace(self, path: str) -> bool:
+        """Remove a workspace :meth:`make_workspace` made (whether it did)."""
+        if path not in self._made:
+            return False
+        self._made.discard(path)
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+
+    async def run(self, env_id: str, command: str, timeout_s: float, cwd: str | None, max_output: int) -> Any:
+        return await self._held(env_id).run(command, timeout_s=timeout_s, cwd=cwd, max_output=max_output)
+
+    async def read_file(self, env_id: str, path: str, limit: int | None) -> bytes:
+        return await self._held(env_id).read_file(path, limit=limit)
+
+    async def write_file(self, env_id: str, path: str, data: bytes) -> None:
+        await self._held(env_id).write_file(path, data)
+
+    def _held(self, env_id: str) -> Environment:
+        held = self._envs.get(env_id)
+        if held is None:
+            raise EnvironmentGoneError(f"no environment {env_id} runs on node {this_node()} (it ended, or its "
+                                       "host restarted)")
+        return held[0]
+
     async def _sweep(self) -> None:
         """While environments run: end those whose starters died."""
         while self._envs:
@@ -122,6 +158,19 @@ class EnvHostService:
 
     def ping(self) -> str:
         return "pong"
+
+
+def make_workspace(path: str, template: str | None) -> None:
+    """A new workspace folder at ``path`` (its parents made), a copy of ``template`` (a
+    folder of this node) if given, that an environment's user may enter."""
+    if template is not None and not os.path.isdir(template):
+        raise EnvironmentStartError(f"the template {template} is not a folder on node {this_node()}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if template is not None:
+        shutil.copytree(template, path, symlinks=True)
+    else:
+        os.mkdir(path)
+    os.chmod(path, 0o755)
 
 
 def _starter_key(starter: tuple[Any, str]) -> tuple[str, str]:
@@ -162,10 +211,11 @@ async def _ask_host(node: str, namespace: str, method: str, *args: Any) -> Any:
     raise AssertionError("unreachable")
 
 
-async def start_environment(session_id: str, spec: EnvSpec) -> str:
-    """Start the environment of the agent whose session id is ``session_id``, on this
-    process's node, owned by this process (it ends when this process is gone); its id."""
-    node = this_node()
+async def start_environment(session_id: str, spec: EnvSpec, node: str | None = None) -> str:
+    """Start the environment of the agent whose session id is ``session_id``, on ``node``
+    (default: this process's), owned by this process (it ends when this process is gone);
+    its id."""
+    node = node or this_node()
     if node is None:
         raise EnvironmentStartError("an episode environment is started on a Ray node; this process is not on one")
     env_id = env_id_of(session_id)
@@ -179,13 +229,14 @@ async def start_environment(session_id: str, spec: EnvSpec) -> str:
                 "--environments host)") from None
         raise (cause or EnvironmentStartError(f"environment {env_id} could not start: {exc}")) from None
     except ACTOR_GONE as exc:
-        raise EnvironmentStartError(f"the environment host of this node died while starting {env_id}: {exc}") from None
+        raise EnvironmentStartError(f"the environment host of node {node} died while starting {env_id}: {exc}") from None
     return env_id
 
 
-async def end_environment(session_id: str) -> None:
-    """End the environment of ``session_id`` on this process's node (none is fine)."""
-    node = this_node()
+async def end_environment(session_id: str, node: str | None = None) -> None:
+    """End the environment of ``session_id`` on ``node`` (default: this process's; none
+    running is fine)."""
+    node = node or this_node()
     if node is not None:
         try:
             await _ask_host(node, DEFAULT_NAMESPACE, "end", env_id_of(session_id))
@@ -193,16 +244,56 @@ async def end_environment(session_id: str) -> None:
             pass  # the host died: its environments with it
 
 
-async def connect_environment(session_id: str) -> Environment:
-    """A client of the environment of ``session_id`` on this process's node (started by
-    :func:`start_environment`)."""
-    node = this_node()
+async def connect_environment(session_id: str, node: str | None = None) -> Environment:
+    """A client of the environment of ``session_id`` on ``node`` (default: this process's;
+    started by :func:`start_environment`): on this process's node, one that talks to it
+    directly; on another, a :class:`HostedEnvironment` (each request through that node's host)."""
+    here = this_node()
+    node = node or here
     found = None if node is None else await _ask_host(node, DEFAULT_NAMESPACE, "address", env_id_of(session_id))
     if found is None:
-        raise EnvironmentGoneError(f"no environment of session {session_id!r} runs on this node")
+        raise EnvironmentGoneError(f"no environment of session {session_id!r} runs on node {node}")
+    if node is not None and node != here:
+        return HostedEnvironment(node, env_id_of(session_id))
     from ..envs.native import connect
 
     return connect(found[0])
+
+
+class HostedEnvironment:
+    """An environment of another node, as a process here uses it: each request an actor call
+    to that node's host, which runs it there (a command costs that call, about a millisecond,
+    beside its own time). Cancelling a request cancels it there."""
+
+    def __init__(self, node: str, env_id: str, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.node, self.id, self.namespace = node, env_id, namespace
+
+    async def run(self, command: str, *, timeout_s: float, cwd: str | None = None,
+                  max_output: int = 65536) -> CommandResult:
+        return await self._ask("run", command, timeout_s, cwd, max_output)  # type: ignore[no-any-return]
+
+    async def read_file(self, path: str, *, limit: int | None = None) -> bytes:
+        return await self._ask("read_file", path, limit)  # type: ignore[no-any-return]
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._ask("write_file", path, data)
+
+    async def end(self) -> None:
+        await self._ask("end", self.id)
+
+    async def _ask(self, method: str, *args: Any) -> Any:
+        """The host's answer; its error as raised there (a coded environment error)."""
+        try:
+            if method == "end":
+                return await _ask_host(self.node, self.namespace, method, *args)
+            return await _ask_host(self.node, self.namespace, method, self.id, *args)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, Exception) else
+                   EnvironmentGoneError(f"environment {self.id} on node {self.node}: {exc}")) from None
+        except ACTOR_GONE as exc:
+            raise EnvironmentGoneError(f"the environment host of node {self.node} is gone, and environment "
+                                       f"{self.id} with it: {exc}") from None
 
 
 @contextlib.asynccontextmanager

@@ -171,7 +171,8 @@ def test_an_inspect_sandbox_with_ray_running_is_started_by_the_nodes_environment
     from dsh_actors.runtime.wire import DEFAULT_NAMESPACE
 
     async def sample():
-        made = await DshSandboxEnvironment.sample_init("on-ray", DshSandboxConfig(root=str(tmp_path)), {})
+        made = await DshSandboxEnvironment.sample_init("on-ray", DshSandboxConfig(root=str(tmp_path), nodes="local"),
+                                                       {})
         running = await _ask_host(this_node(), DEFAULT_NAMESPACE, "running")
         try:
             result = await made["default"].exec(["sh", "-c", "echo $(id -u) > uid; cat uid"])
@@ -183,6 +184,48 @@ def test_an_inspect_sandbox_with_ray_running_is_started_by_the_nodes_environment
     assert [e for e in running if e.startswith("inspect_on-ray")] and result.success
     assert not [e for e in after if e.startswith("inspect_on-ray")]  # the host ended it with the sample
     assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_samples_spread_over_the_clusters_nodes_each_reached_through_its_nodes_host(on_ray, tmp_path):
+    """Four samples on the session's two nodes: two environments on each node's host, each
+    sample's commands run in its own (its workspace written), and all ended and removed after."""
+    pytest.importorskip("inspect_ai")
+    import ray
+
+    from dsh_actors.adapters.inspect_ai import DshSandboxConfig, DshSandboxEnvironment
+    from dsh_actors.envs import EnvironmentGoneError
+    from dsh_actors.runtime.envhost import HostedEnvironment, _ask_host, env_id_of
+    from dsh_actors.runtime.local import this_node
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
+    assert len(nodes) == 2
+
+    async def samples():
+        made = [(await DshSandboxEnvironment.sample_init("spread", DshSandboxConfig(root=str(tmp_path)), {}))["default"]
+                for _ in range(4)]
+        try:
+            said = [await env.exec(["sh", "-c", f"echo {i} > mine; cat mine"]) for i, env in enumerate(made)]
+            running = {node: await _ask_host(node, DEFAULT_NAMESPACE, "running") for node in nodes}
+            where = [(env.place.node, env_id_of(env.place.session), env.workspace) for env in made]
+            hosted = [isinstance(env.place.env, HostedEnvironment) for env in made]
+        finally:
+            for env in made:
+                await DshSandboxEnvironment.sample_cleanup("spread", None, {"default": env}, interrupted=False)
+        after = {node: await _ask_host(node, DEFAULT_NAMESPACE, "running") for node in nodes}
+        remote = next(env.place.env for env in made if isinstance(env.place.env, HostedEnvironment))
+        with pytest.raises(EnvironmentGoneError):  # ended: the host's coded error, not Ray's
+            await remote.run("true", timeout_s=5)
+        return said, running, where, after, hosted
+
+    said, running, where, after, hosted = asyncio.run(samples())
+    assert hosted == [node != this_node() for node, _, _ in where]  # another node's: through its host
+    assert [r.stdout for r in said] == ["0\n", "1\n", "2\n", "3\n"]
+    assert sorted(node for node, _, _ in where) == sorted(nodes * 2)  # two on each node
+    for node, env_id, _ in where:
+        assert env_id in running[node] and all(env_id not in running[n] for n in nodes if n != node)
+    assert not any(e.startswith("inspect_spread") for ids in after.values() for e in ids)
+    assert list(tmp_path.iterdir()) == []  # every workspace removed, on whichever node it was
 
 
 def test_a_langgraph_graph_on_ray_answers_asks_through_interrupt_and_a_rejection_frees_the_held_call(on_ray):
