@@ -58,6 +58,15 @@ def _tools(folder):
     ]
 
 
+def _node_of(args, ctx):
+    return [{"type": "text", "text": ray.get_runtime_context().get_node_id()}]
+
+
+_where = define_tool(name="where", description="Say the node this call ran on (the special one's resource).",
+                     parameters={}, execute=_node_of, extras={"ray_options": {"resources": {"dsh_special": 1}}})
+"""Only agent ``placed`` sees it (a tool of its scope)."""
+
+
 def _asks_for_askers(execution, call_next):
     return ask("the asker's writes need a human") if execution.agent == "asker" else call_next()
 
@@ -72,6 +81,7 @@ def gateway(ray_cluster, tmp_path_factory):
     for definition in _tools(folder):
         registry.register(definition).result(T)
     registry.scope("reader").restrict(deny=["write"]).result(T)
+    registry.scope("placed").register(_where).result(T)
     registry.on("tools/pre-execute", _asks_for_askers).result(T)
     queue = registry.approvals().result(T)
     url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=free_port(), num_replicas=2)
@@ -108,6 +118,17 @@ def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
     assert add.input_schema["type"] == "object" and set(add.input_schema["properties"]) == {"a", "b"}
     assert add.annotations.read_only_hint is True and add.annotations.idempotent_hint is True
     assert writer["write"].annotations.destructive_hint is False
+
+
+def test_a_call_through_the_gateway_runs_where_its_tool_declares_its_resources(gateway, ray_cluster):
+    """The session's cluster has two nodes; only the second has ``dsh_special``."""
+    _, _, url = gateway
+
+    async def called(client):
+        return await client.call_tool("where", {})
+
+    ran = _ask(url, "placed", called)
+    assert ran.is_error is False and [b.text for b in ran.content] == [ray_cluster["special_node"].node_id]
 
 
 def test_a_call_runs_the_pipeline_as_the_agent_and_its_result_keeps_the_code(gateway):
