@@ -72,7 +72,8 @@ def refused(bound):
 
 class Command:
     __slots__ = ("connection", "request", "number", "text", "slot", "pid", "pipe", "handed", "chunks", "size",
-                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed", "tries", "spawner")
+                 "limit", "truncated", "sent", "deadline", "before", "status", "bound", "killed", "tries", "spawner",
+                 "seq")
 
     def __init__(self, connection, request, number, text, slot, spawner, limit, deadline, before):
         self.connection, self.request, self.number, self.text = connection, request, number, text
@@ -81,6 +82,7 @@ class Command:
         self.pid = self.pipe = self.status = self.bound = None
         self.handed = ()  # the output pipe's write end and the working folder, until the spawner answers
         self.chunks, self.size, self.truncated, self.killed, self.tries = [], 0, False, False, 1
+        self.seq = None  # its place in what its spawner was sent (see Link.hand)
 
     def take(self, data):
         room = self.limit - self.size
@@ -99,28 +101,37 @@ class Command:
                 "signal": signal_number, "bound": self.bound}
 
 
-class Link:
-    """The init's end of one spawner: its socket and pid, the page where it writes the number
-    of each request it takes, the slot it is parked in (or will be, once it has taken what it
-    was handed), and when it was last handed a command or one of its commands ended. A spawner that dies is replaced in
-    the same link, so its commands keep it."""
+SENT, FULL, GONE = "sent", "full", "gone"
 
-    __slots__ = ("sock", "pid", "taken", "slot", "used")
+
+class Link:
+    """The init's end of one spawner: its socket and pid, the page where it writes the ``seq``
+    of each request it takes (requests are numbered in the order they are sent, so all before
+    it were taken), the slot it is parked in (or will be, once it has taken what it was
+    handed), and when it was last handed a command or one of its commands ended. A spawner
+    that dies is replaced in the same link, so its commands keep it."""
+
+    __slots__ = ("sock", "pid", "taken", "slot", "used", "sent")
 
     def __init__(self, slot):
-        self.slot, self.used = slot, time.monotonic()
+        self.slot, self.used, self.sent = slot, time.monotonic(), 0
         self.sock = self.pid = self.taken = None
 
     def hand(self, command):
-        """Send ``command`` to the spawner; False if it is gone."""
+        """Send ``command`` to the spawner: :data:`SENT`; :data:`FULL` when its socket's
+        buffer is (a few large commands queued: try again shortly); :data:`GONE`."""
         self.used = time.monotonic()
         try:
             socket.send_fds(self.sock, [msgpack.packb(
-                {"n": command.number, "command": command.text, "slot": command.slot},
+                {"n": command.number, "seq": self.sent + 1, "command": command.text, "slot": command.slot},
                 use_bin_type=True)], list(command.handed))
-            return True
+        except BlockingIOError:
+            return FULL
         except OSError:
-            return False
+            return GONE
+        self.sent += 1
+        command.seq = self.sent
+        return SENT
 
     def stopped(self):
         try:
@@ -146,7 +157,9 @@ class Commands:
         self.spawner_idle_s = spawner_idle_s
         self.next_watch = 0.0
         self.wake_at = None  # when the loop must look at the time next (None: only events wake it)
-        self.again = {}  # spawn number -> when a command refused at its spawn is handed again
+        self.again = {}  # spawn number -> when a command not delivered, or refused at its spawn, is handed again
+        self.ended = set()  # pids of spawners lost, or ended as spares, until reaped
+        self.hearing = False  # (reaped() reads what every spawner said, not from within itself)
 
     def cancel(self, connection, request):
         command = connection.commands.get(request)
@@ -159,7 +172,23 @@ class Commands:
             self.kill(command, command.bound)
 
     def reaped(self, pid, status):
-        """The init reaped ``pid``: the command it was, if its spawner died."""
+        """The init reaped ``pid``: a spawner (its counts are the init's own now), or the
+        command it was, if its spawner died — which may have said its pid and died before the
+        init read it: what every spawner said is heard first."""
+        link = next((link for link in self.spawners if link.pid == pid), None)
+        if link is not None:
+            self._spawner_lost(link)  # (its last words heard first)
+        if pid in self.ended:
+            self.ended.discard(pid)
+            self.meter.spawner_gone(pid)
+            return
+        if pid not in self.by_pid and not self.hearing:
+            self.hearing = True
+            try:
+                for each in list(self.spawners):
+                    self._hear_the_last(each)
+            finally:
+                self.hearing = False
         command = self.by_pid.pop(pid, None)
         if command is not None:
             self._finish(command, status)
@@ -185,8 +214,18 @@ class Commands:
         self.commands[command.number] = command
         self._due(self._next_times(command))
         self.watch(read_end, OUTPUT, lambda mask, c=command: self._output(c))
-        if not spawner.hand(command):
-            self._spawner_lost(spawner)  # it just died (the OOM killer, or a command): the next one gets it
+        self._send(command)
+
+    def _send(self, command):
+        """Hand ``command`` to its spawner. Not delivered, it is handed again shortly (its
+        socket full), or to the spawner forked in place of one gone (the OOM killer, or a
+        command killed it)."""
+        outcome = command.spawner.hand(command)
+        if outcome != SENT:
+            self.again[command.number] = time.monotonic() + RETRY_S  # (never taken: it is sent again)
+            self._due(self.again[command.number])
+        if outcome == GONE:
+            self._spawner_lost(command.spawner)
 
     def spawner_pids(self):
         return {link.pid for link in self.spawners}
@@ -246,12 +285,15 @@ class Commands:
             return False
         self._empty_leftovers()
         command.tries += 1
-        self.again[command.number] = time.monotonic() + RETRY_S
+        command.sent = time.monotonic()  # its spawner answered: its spawn's timeout starts again
+        self.again[command.number] = command.sent + RETRY_S
         self._due(self.again[command.number])
         return True
 
     def _hand_again(self, now):
         for number, when in list(self.again.items()):
+            if number not in self.again:
+                continue  # handed meanwhile, to the spawner forked in place of its own
             command = self.commands.get(number)
             if command is None or command.killed:
                 self.again.pop(number)
@@ -259,10 +301,7 @@ class Commands:
                     self._finish(command, None)
             elif when <= now:
                 self.again.pop(number)
-                command.sent = now
-                if not command.spawner.hand(command):
-                    self._spawner_lost(command.spawner)
-                    return
+                self._send(command)
             else:
                 self._due(when)
 
@@ -286,7 +325,7 @@ class Commands:
             raise
         if pid == 0:
             ours.close()
-            for fd in self.inherited():
+            for fd in [*self.inherited(), *(fd for c in self.commands.values() for fd in c.handed)]:
                 try:
                     os.close(fd)
                 except OSError:
@@ -312,8 +351,8 @@ class Commands:
         return link
 
     def _retire_idle(self, now):
-        """Spawners beyond the first with nothing to spawn for ``spawner_idle_s`` exit
-        (their socket closed); the others are looked at again when they may be."""
+        """Spawners beyond the first with nothing to spawn for ``spawner_idle_s`` are ended
+        (killed: they hold nothing); the others are looked at again when they may be."""
         busy = {command.spawner for command in self.commands.values()}
         for link in self.spawners[1:]:
             if link in busy:
@@ -324,7 +363,11 @@ class Commands:
             self.spawners.remove(link)
             self.forget(link.sock.fileno())
             link.sock.close()
-            self.meter.spawner_gone(link.pid)
+            self.ended.add(link.pid)  # its counts stay its own until it is reaped
+            try:
+                os.kill(link.pid, signal.SIGKILL)  # (a stopped one would never read the end of its socket)
+            except OSError:
+                pass
 
     def _fork(self):
         """``os.fork()``, which may find the uid's process limit full (``RLIMIT_NPROC``: a
@@ -355,7 +398,8 @@ class Commands:
         What it said before is heard; another is forked in its place; the commands it never
         took go to that one (a command may kill each new spawner as it comes: after
         ``FORK_TRIES`` they end killed); the one it was spawning as it died ends killed (it
-        may have started, and must not run twice); the rest the init reaps itself."""
+        may have started, and must not run twice); the rest the init reaps itself (the dead
+        one's counts move to the init's when it is reaped: :meth:`reaped`)."""
         for _ in range(FORK_TRIES):
             if link.sock.fileno() < 0:
                 return
@@ -363,21 +407,29 @@ class Commands:
             taken = link.taken[0]
             self.forget(link.sock.fileno())
             link.sock.close()
-            self.meter.spawner_gone(link.pid)
+            self.ended.add(link.pid)
             self._start(link, self._fork)
             again = []
             for command in sorted((c for c in self.commands.values() if c.spawner is link and c.pid is None),
                                   key=lambda c: c.number):
-                refused = self.again.pop(command.number, None) is not None
-                if command.killed or (command.number <= taken and not refused):
+                undelivered = self.again.pop(command.number, None) is not None  # (or refused at its spawn)
+                if command.killed or (command.seq is not None and command.seq <= taken and not undelivered):
                     self.kill(command, command.bound)
                     self._finish(command, None)
                 else:  # never taken, or refused at its spawn (so it never started either)
                     command.sent = time.monotonic()  # its spawn's timeout starts again
                     again.append(command)
-            if all(link.hand(c) for c in again):
+            for command in again:
+                outcome = link.hand(command)
+                if outcome == GONE:
+                    break
+                if outcome == FULL:
+                    self.again[command.number] = time.monotonic() + RETRY_S
+                    self._due(self.again[command.number])
+            else:
                 return
         for command in [c for c in self.commands.values() if c.spawner is link and c.pid is None]:
+            self.again.pop(command.number, None)
             self.kill(command, command.bound)
             self._finish(command, None)
 
@@ -455,7 +507,7 @@ class Commands:
                 pass
 
     def timeout(self):
-        return -1 if self.wake_at is None else max(0.0, self.wake_at - time.monotonic())
+        return -1 if self.wake_at is None else min(3600.0, max(0.0, self.wake_at - time.monotonic()))
 
     def _due(self, when):
         """Wake the loop by ``when`` (the time of a wall, a spawn's timeout, a measure)."""

@@ -87,7 +87,11 @@ class Meter:
         self.spent = None
 
     def spawner_usage(self, pid, written, cpu_s):
+        """What spawner ``pid`` says its reaped commands used (at each exit). The live
+        processes' share, as last read, may hold the same bytes (the command was alive then):
+        it is read afresh at the next full reading, not added twice meanwhile."""
         self._spawners[pid] = (written, cpu_s)
+        self._live_written = 0
 
     def spawner_gone(self, pid):
         """Its counts are the init's now (the init reaps it)."""

@@ -16,13 +16,14 @@ spawner is as unprivileged as a command (the same uid, the same walls): a comman
 or stop it (the init then forks another, and reaps the orphans itself) but can neither
 trace it nor read its memory (seccomp; it is not dumpable).
 
-Before it acts on a request it writes its number to a page it shares with the init
-(``taken``): if it dies, the init resends the requests it never took to the next spawner,
-and only the one it was spawning when it died can have started unseen (that one ends killed).
+Before it acts on a request it writes its ``seq`` (the requests sent to it are numbered in
+order) to a page it shares with the init (``taken``): if it dies, the init resends the
+requests it never took to the next spawner, and only the one it was spawning when it died
+can have started unseen (that one ends killed).
 
 Messages on its ``SOCK_SEQPACKET`` pair with the init (msgpack)::
 
-    init -> {"n", "command", "slot"} + fds [output pipe, working folder]
+    init -> {"n", "seq", "command", "slot"} + fds [output pipe, working folder]
     spawner -> {"n", "pid"} | {"n", "errno"}         at once
     spawner -> {"exit": pid, "status": wait status, "usage": [bytes written, CPU seconds]}
                                                      when the command's bash ends
@@ -64,7 +65,7 @@ class Spawner:
         self.sock.send(msgpack.packb(message, use_bin_type=True))
 
     def spawn(self, request, fds):
-        self.taken[0] = request["n"]
+        self.taken[0] = request["seq"]
         output, folder = fds
         try:
             if self.cgroups is not None and self.parked != request["slot"]:

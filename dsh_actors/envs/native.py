@@ -168,8 +168,8 @@ commands (:data:`SPAWNER_IDLE_S`). Used from one event loop (the first it is use
         if isinstance(max_starting, bool) or not isinstance(max_starting, int) or max_starting < 1:
             raise ValueError(f"max_starting is a whole number, at least 1; got {max_starting!r}")
         self.readonly = tuple(os.path.normpath(p) for p in readonly)
-        if not spawner_idle_s >= 0:
-            raise ValueError(f"spawner_idle_s is seconds, at least 0; got {spawner_idle_s!r}")
+        if not 0 <= spawner_idle_s <= 86400:
+            raise ValueError(f"spawner_idle_s is seconds, from 0 to 86400 (a day); got {spawner_idle_s!r}")
         self.max_starting, self.start_timeout_s, self.spawner_idle_s = max_starting, start_timeout_s, spawner_idle_s
         self._base = folder
         self._folder: _folder.Folder | None = None

@@ -4,6 +4,7 @@ move takes a node-wide lock, and after an idle spell waits for an RCU grace peri
 has a cap, and the idle spawners beyond the first exit."""
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,46 @@ def test_the_pool_is_capped_by_the_processes_bound_and_its_idle_spawners_exit(en
     assert envs.sh(env, "echo after").output == b"after\n"
 
 
-@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), 3e6])
 def test_the_backend_refuses_a_spawner_idle_time_that_is_not_seconds(bad):
-    with pytest.raises(ValueError, match="spawner_idle_s is seconds"):
+    with pytest.raises(ValueError, match="spawner_idle_s is seconds, from 0 to 86400"):
         NativeBackend(spawner_idle_s=bad)
+
+
+def test_commands_that_kill_their_own_spawner_are_each_answered_and_run_once(envs, env, loop):
+    """A spawner's ``pid`` message may still be unread when the init reaps its orphaned bash
+    (with a spawner per command, 16 die at once): each command is answered all the same."""
+    ran = wave(loop, env, "kill -9 $PPID; echo $RANDOM$$ >> log", 16, timeout_s=10)
+    assert len(ran) == 16 and all(r.bound in (None, "wall") for r in ran)
+    lines = envs.sh(env, "cat log").output.split()
+    assert len(lines) == len(set(lines)) <= 16  # none ran twice
+    assert envs.sh(env, "echo after").output == b"after\n"
+
+
+def test_commands_handed_to_a_stopped_spawner_past_its_socket_buffer_each_run_once(envs, loop):
+    """One spawner (processes=15), stopped for a second by a command: six commands of 120 KiB
+    fill its socket. The init hands them again as room comes, finds it stopped, kills it and
+    gives them to another; none runs twice (it used to take the full socket for a dead
+    spawner, and the stopped one ran what it had queued once it went on)."""
+    env = envs(processes=15)
+    spawner = "$(pgrep -x dsh-envs-spawne)"
+    stopper = f"(sleep 0.3; kill -STOP {spawner}; sleep 1; kill -CONT {spawner}) >/dev/null 2>&1 &"
+    assert envs.sh(env, stopper).exit_code == 0
+    time.sleep(0.8)
+    pad = "#" + "x" * (120 * 1024)
+
+    async def together():
+        return await asyncio.gather(*(env.run(f"echo {i} >> log\n{pad}", timeout_s=30) for i in range(6)))
+    ran = loop.run(together())
+    time.sleep(1.5)  # the stopped spawner would have gone on by now
+    assert [r.exit_code for r in ran] == [0] * 6
+    assert sorted(envs.sh(env, "cat log").output.split(), key=int) == [str(i).encode() for i in range(6)]
+
+
+def test_writing_below_the_disk_bound_leaves_it_unspent(envs):
+    """The bytes a command wrote were counted twice once it ended (read live, then reported by
+    its spawner): 40 MB of 64 spent the bound for good."""
+    env = envs(disk_mb=64)
+    assert envs.sh(env, "head -c 40000000 /dev/zero > big && sync big").exit_code == 0
+    after = envs.sh(env, "echo still")
+    assert (after.output, after.bound) == (b"still\n", None)
