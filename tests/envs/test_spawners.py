@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh_actors.envs import DiskBoundError
 from dsh_actors.envs.native import NativeBackend
 
 from .host import processes_of, wait_until
@@ -120,3 +121,17 @@ def test_writing_below_the_disk_bound_leaves_it_unspent(envs):
     assert envs.sh(env, "head -c 40000000 /dev/zero > big && sync big").exit_code == 0
     after = envs.sh(env, "echo still")
     assert (after.output, after.bound) == (b"still\n", None)
+
+
+def test_a_spare_stopped_before_it_retires_keeps_its_bytes_in_the_disk_bound(envs, loop):
+    """Four commands write 60 MB of a 100 MiB bound on four spawners; one command stops the
+    other spawners; they retire (killed, their counts the init's once reaped): 50 MB more is
+    still refused (the stopped spares' bytes used to drop out of the count, and it fit)."""
+    env = envs(disk_mb=100)
+    wrote = wave(loop, env, "head -c 15000000 /dev/zero > f$$ && sleep 0.3", 4)
+    assert [r.exit_code for r in wrote] == [0] * 4
+    stop = "for p in $(pgrep -x dsh-envs-spawne); do [ $p != $PPID ] && kill -STOP $p; done; echo stopped"
+    assert envs.sh(env, stop).output == b"stopped\n"
+    assert wait_until(lambda: len(spawners_of(env)) == 1, timeout_s=IDLE_S + 5)
+    with pytest.raises(DiskBoundError):
+        loop.run(env.write_file("big", b"\0" * 50_000_000))
