@@ -1,14 +1,16 @@
 """The MCP gateway (dsh_actors.serve) vs the official SDK's own server, side by side in one run.
 
-Run: ``python benchmarks/mcp_vs_sdk.py [--calls N] [--memory-calls N]``. Writes to RESULTS.md
+Run: ``python benchmarks/mcp_vs_sdk.py [--calls N] [--memory-calls N] [--memory-only]``. Writes to RESULTS.md
 (section ``mcp_vs_sdk``): the same two tools — a CPU-trivial echo and a body that awaits
 100 ms — served (a) by the SDK's ``MCPServer`` in one process (uvicorn, stateless Streamable
 HTTP, JSON responses: what a user of the SDK runs) and (b) by the gateway with 1 and 2
 replicas behind Serve's proxy (the registry's whole pipeline as an agent on every call), all
 driven by the official ``mcp`` client at 50 and 500 calls in flight (50 clients, each with
 ``in flight / 50`` calls open at once). Calls/s (median of interleaved rounds) and the ratio
-to the SDK's server; then each server's resident memory before and after ``--memory-calls``
-more echo calls (RSS read from ``/proc``, every process of the server summed).
+to the SDK's server; then each server's resident memory before, halfway through and after
+``--memory-calls`` more echo calls (RSS read from ``/proc``, every process of the server
+summed). ``--memory-only``: only that, for the SDK's server and one replica (section
+``mcp_memory``).
 """
 
 from __future__ import annotations
@@ -96,20 +98,22 @@ class _clients:
         await self.stack.aclose()
 
 
-def replica_pids() -> list[int]:
+def replica_pids(proxies: bool = False) -> list[int]:
+    """The gateway's replicas' pids (``proxies``: and Serve's HTTP proxies')."""
     import ray
 
     from dsh_actors.serve import APPLICATION
 
     pids = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
-        if APPLICATION in actor["name"] and "McpGateway" in actor["name"]:
+        if (APPLICATION in actor["name"] and "McpGateway" in actor["name"]) or (
+                proxies and "SERVE_PROXY_ACTOR" in actor["name"]):
             handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
             pids.append(ray.get(handle.__ray_call__.remote(lambda self: os.getpid())))
     return pids
 
 
-def main(calls: int, memory_calls: int, rounds: int) -> None:
+def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) -> None:
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     ensure_ray()
@@ -122,11 +126,11 @@ def main(calls: int, memory_calls: int, rounds: int) -> None:
         for definition in TOOLS:
             registry.register(definition).result(120)
         sdk_url = f"http://127.0.0.1:{sdk_port}/mcp"
-        for replicas in (1, 2):
+        for replicas in ((1,) if memory_only else (1, 2)):
             gateway_url = serve_mcp(GatewayConfig(registry.name), port=serve_port,
                                     num_replicas=replicas).format(agent="bench-agent")
             servers = {"SDK server": sdk_url, f"gateway, {replicas} replica{'s' if replicas > 1 else ''}": gateway_url}
-            for tool in ("echo", "wait"):
+            for tool in (() if memory_only else ("echo", "wait")):
                 for in_flight in LEVELS:
                     for url in servers.values():
                         asyncio.run(drive(url, tool, in_flight, min(calls, 500)))  # warm
@@ -135,12 +139,14 @@ def main(calls: int, memory_calls: int, rounds: int) -> None:
                             seen.setdefault((tool, in_flight, name), []).append(
                                 asyncio.run(drive(url, tool, in_flight, calls)))
             for name, url in servers.items():
-                pids = [sdk.pid] if name == "SDK server" else replica_pids()
+                pids = [sdk.pid] if name == "SDK server" else replica_pids(proxies=memory_only)
                 if name in memory:
                     continue
                 before = rss_mb(pids)
-                asyncio.run(drive(url, "echo", 50, memory_calls))
-                memory[name] = (before, rss_mb(pids))
+                asyncio.run(drive(url, "echo", 50, memory_calls // 2))
+                half = rss_mb(pids)
+                asyncio.run(drive(url, "echo", 50, memory_calls - memory_calls // 2))
+                memory[name] = (before, half, rss_mb(pids))
     finally:
         sdk.terminate()
         sdk.wait(30)
@@ -148,6 +154,19 @@ def main(calls: int, memory_calls: int, rounds: int) -> None:
             stop_mcp(shutdown_serve=True)
         finally:
             registry.shutdown()
+    memory_table = table(["server", "RSS MB before", f"after {memory_calls // 2:,} echo calls",
+                          f"after {memory_calls:,}"],
+                         [[name, *(f"{mb:.0f}" for mb in sizes)] for name, sizes in memory.items()])
+    if memory_only:
+        body = memory_table + (f"\n\nEach server's resident memory (read from `/proc`: the SDK's one process; the "
+                               "gateway's replica and Serve's HTTP proxy) before "
+                               f"and after {memory_calls:,} calls of a CPU-trivial echo by the official `mcp` client "
+                               "(50 clients, 50 in flight); the gateway with one replica, its requests through "
+                               "Serve's proxy, each call through the registry's pipeline as an agent. Load average "
+                               f"at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
+        write_section("mcp_memory", "MCP gateway and the SDK's server: memory over many calls", body)
+        print(body)
+        return
     rows = []
     for tool in ("echo", "wait"):
         for in_flight in LEVELS:
@@ -159,8 +178,7 @@ def main(calls: int, memory_calls: int, rounds: int) -> None:
             rows.append(row)
     body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
                   "vs SDK"], rows)
-    body += "\n\n" + table(["server", "RSS MB before", f"after {memory_calls:,} more echo calls"],
-                           [[name, f"{a:.0f}", f"{b:.0f}"] for name, (a, b) in memory.items()])
+    body += "\n\n" + memory_table
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
              f"measurement, median of {rounds} interleaved rounds. The SDK's server is `MCPServer` under uvicorn, "
              "one process, stateless JSON; the gateway's requests pass Serve's proxy (one per node) to its replicas, "
@@ -175,5 +193,7 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--memory-calls", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only the memory over --memory-calls calls (SDK server, gateway with 1 replica)")
     options = parser.parse_args()
-    main(options.calls, options.memory_calls, options.rounds)
+    main(options.calls, options.memory_calls, options.rounds, options.memory_only)
