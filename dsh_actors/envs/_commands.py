@@ -14,8 +14,8 @@ A top-level module of the init (``_server.py`` owns the loop and the clients; th
 - the spawner (:mod:`_spawner`) spawns ``bash -c`` in the slot and says its pid, then its
   exit; if a spawner dies (a command killed it, the OOM killer) or is stopped, the init
   forks another in its place, hands it the commands the dead one never took, and reaps the
-  orphans itself; a spawner beyond the first that has been idle ``spawner_idle_s`` exits (the
-  backend's setting);
+  orphans itself; a spawner beyond the first that has been idle ``spawner_idle_s`` (the
+  backend's setting) is ended (killed: it holds nothing);
 - its end is its ``bash`` exiting (what it left running keeps running in its slot until the
   environment ends, unless a bound or the wall killed the slot): the pipe is drained of what
   is already written, and the result sent with the bound that stopped it, if one did;
