@@ -222,10 +222,15 @@ class Commands:
         command killed it)."""
         outcome = command.spawner.hand(command)
         if outcome != SENT:
-            self.again[command.number] = time.monotonic() + RETRY_S  # (never taken: it is sent again)
-            self._due(self.again[command.number])
+            self._hand_later(command)  # (never taken: it is sent again)
         if outcome == GONE:
             self._spawner_lost(command.spawner)
+
+    def _hand_later(self, command):
+        """Hand ``command`` again in :data:`RETRY_S` (:meth:`_hand_again`); meanwhile a lost
+        spawner's successor counts it as never taken."""
+        self.again[command.number] = time.monotonic() + RETRY_S
+        self._due(self.again[command.number])
 
     def spawner_pids(self):
         return {link.pid for link in self.spawners}
@@ -286,8 +291,7 @@ class Commands:
         self._empty_leftovers()
         command.tries += 1
         command.sent = time.monotonic()  # its spawner answered: its spawn's timeout starts again
-        self.again[command.number] = command.sent + RETRY_S
-        self._due(self.again[command.number])
+        self._hand_later(command)
         return True
 
     def _hand_again(self, now):
@@ -361,9 +365,7 @@ class Commands:
                 self._due(link.used + self.spawner_idle_s)
                 continue
             self.spawners.remove(link)
-            self.forget(link.sock.fileno())
-            link.sock.close()
-            self.ended.add(link.pid)  # its counts stay its own until it is reaped
+            self._let_go(link)
             try:
                 os.kill(link.pid, signal.SIGKILL)  # (a stopped one would never read the end of its socket)
             except OSError:
@@ -405,9 +407,7 @@ class Commands:
                 return
             self._hear_the_last(link)
             taken = link.taken[0]
-            self.forget(link.sock.fileno())
-            link.sock.close()
-            self.ended.add(link.pid)
+            self._let_go(link)
             self._start(link, self._fork)
             again = []
             for command in sorted((c for c in self.commands.values() if c.spawner is link and c.pid is None),
@@ -424,14 +424,20 @@ class Commands:
                 if outcome == GONE:
                     break
                 if outcome == FULL:
-                    self.again[command.number] = time.monotonic() + RETRY_S
-                    self._due(self.again[command.number])
+                    self._hand_later(command)
             else:
                 return
         for command in [c for c in self.commands.values() if c.spawner is link and c.pid is None]:
             self.again.pop(command.number, None)
             self.kill(command, command.bound)
             self._finish(command, None)
+
+    def _let_go(self, link):
+        """The init's end of ``link``'s spawner closed; the spawner's counts stay its own until
+        the init reaps it (:meth:`reaped`)."""
+        self.forget(link.sock.fileno())
+        link.sock.close()
+        self.ended.add(link.pid)
 
     def _hear_the_last(self, link):
         """What the lost spawner said and the init has yet to read (pids, exits)."""

@@ -279,13 +279,12 @@ class HostedEnvironment:
         await self._ask("write_file", path, data)
 
     async def end(self) -> None:
-        await self._ask("end", self.id)
+        await self._ask("end")
 
     async def _ask(self, method: str, *args: Any) -> Any:
-        """The host's answer; its error as raised there (a coded environment error)."""
+        """The host's answer about this environment; its error as raised there (a coded
+        environment error)."""
         try:
-            if method == "end":
-                return await _ask_host(self.node, self.namespace, method, *args)
             return await _ask_host(self.node, self.namespace, method, self.id, *args)
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
