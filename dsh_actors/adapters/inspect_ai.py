@@ -235,16 +235,15 @@ class _Place:
 
     @classmethod
     async def _on_ray(cls, session: str, spec: EnvSpec, settings: DshSandboxConfig) -> _Place:
-        from ..runtime.envhost import _ask_host, connect_environment, start_environment
+        from ..runtime.envhost import connect_environment, make_workspace_on, start_environment
         from ..runtime.local import this_node
-        from ..runtime.wire import DEFAULT_NAMESPACE
 
         node = this_node() if settings.nodes == "local" else await cls._least_used()
         assert node is not None
         cls._placed[node] = cls._placed.get(node, 0) + 1
         place = cls(None, spec, session, node)
         try:
-            await _ask_host(node, DEFAULT_NAMESPACE, "make_workspace", spec.workspace, settings.template)
+            await make_workspace_on(node, spec.workspace, settings.template)
             await start_environment(session, spec, node=node)
             place.env = await connect_environment(session, node=node)
         except BaseException:
@@ -286,11 +285,10 @@ class _Place:
             finally:
                 shutil.rmtree(self.spec.workspace, ignore_errors=True)
             return
-        from ..runtime.envhost import _ask_host, end_environment
-        from ..runtime.wire import DEFAULT_NAMESPACE
+        from ..runtime.envhost import end_environment, remove_workspace_on
 
         self._placed[self.node] -= 1
         try:
             await end_environment(self.session, node=self.node)  # type: ignore[arg-type]
         finally:
-            await _ask_host(self.node, DEFAULT_NAMESPACE, "remove_workspace", self.spec.workspace)
+            await remove_workspace_on(self.node, self.spec.workspace)

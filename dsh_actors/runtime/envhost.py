@@ -42,7 +42,7 @@ from .wire import DEFAULT_NAMESPACE, agent_session, env_host_name
 
 __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService", "HostedEnvironment",
            "agent_environment", "connect_environment", "end_environment", "env_id_of", "make_workspace",
-           "start_environment"]
+           "make_workspace_on", "remove_workspace_on", "start_environment"]
 
 log = logging.getLogger("dsh_actors.runtime")
 
@@ -173,6 +173,26 @@ def make_workspace(path: str, template: str | None) -> None:
     os.chmod(path, 0o755)
 
 
+async def make_workspace_on(node: str, path: str, template: str | None = None) -> None:
+    """:func:`make_workspace` on ``node``, by its environment host (which
+    :func:`remove_workspace_on` asks to remove it)."""
+    try:
+        await _ask_host(node, DEFAULT_NAMESPACE, "make_workspace", path, template)
+    except ray.exceptions.RayTaskError as exc:
+        raise (_raised_there(exc) or EnvironmentStartError(f"no workspace {path} on node {node}: {exc}")) from None
+
+
+async def remove_workspace_on(node: str, path: str) -> None:
+    """Remove a workspace :func:`make_workspace_on` made on ``node``."""
+    await _ask_host(node, DEFAULT_NAMESPACE, "remove_workspace", path)
+
+
+def _raised_there(exc: Exception) -> Exception | None:
+    """What an actor method raised, from the ``RayTaskError`` that carries it."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else None
+
+
 def _starter_key(starter: tuple[Any, str]) -> tuple[str, str]:
     """A starter as the sweep counts it: its actor and its process's incarnation."""
     return starter[0]._actor_id.hex(), starter[1]
@@ -222,7 +242,7 @@ async def start_environment(session_id: str, spec: EnvSpec, node: str | None = N
     try:
         await _ask_host(node, DEFAULT_NAMESPACE, "start", env_id, spec, requester())
     except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
+        cause = _raised_there(exc)
         if isinstance(cause, EnvironmentUnavailableError):
             raise EnvironmentUnavailableError(
                 f"{cause.message} — or, for commands you trust, run the tools without walls (the batch job's "
@@ -287,8 +307,7 @@ class HostedEnvironment:
         try:
             return await _ask_host(self.node, self.namespace, method, self.id, *args)
         except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, Exception) else
+            raise (_raised_there(exc) or
                    EnvironmentGoneError(f"environment {self.id} on node {self.node}: {exc}")) from None
         except ACTOR_GONE as exc:
             raise EnvironmentGoneError(f"the environment host of node {self.node} is gone, and environment "
