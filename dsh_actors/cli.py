@@ -221,7 +221,11 @@ def _serve(args: argparse.Namespace) -> int:
             registry.register(definition).result(120)
         registry.approvals(policy=args.approvals).result(120)
         config = GatewayConfig(name, logs=args.logs, tokens=tokens, allowed_hosts=hosts)
-        url = serve_mcp(config, host=args.host, port=args.port, num_replicas=args.replicas)
+        try:
+            url = serve_mcp(config, host=args.host, port=args.port, num_replicas=args.replicas, ingress=args.ingress)
+        except OSError as exc:  # the port is taken
+            print(f"dsh-actors serve: {_one_line(exc)}", file=sys.stderr)
+            return 2
         print(f"dsh-actors serve: registry {name!r}, {len(definitions)} tool(s); an agent's endpoint: {url}",
               flush=True)
         stopped.wait()
@@ -310,9 +314,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="what each agent's tools/list holds: its tools (native), run_code alone with the tools "
                             "as the SDK of its programs (code), or both")
     serve.add_argument("--registry", help="the registry's name (default: a new one)")
-    serve.add_argument("--host", default="127.0.0.1", help="where Serve's HTTP proxy listens (default: loopback)")
+    serve.add_argument("--host", default="127.0.0.1", help="where the gateway listens (default: loopback)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--replicas", type=int, default=1, help="gateway replicas (each answers any request)")
+    serve.add_argument("--ingress", choices=["direct", "proxy"], default="direct",
+                       help="direct: each replica listens on --port of its node itself (the default: the least CPU "
+                            "per call); proxy: through Serve's HTTP proxy (ports shared by several gateways, "
+                            "Serve's request-based autoscaling)")
     serve.add_argument("--tokens", metavar="FILE",
                        help='a JSON file {"<token>": ["<agent>", ...] or "*"}: each request needs a bearer token '
                             "bound to its agent (default: none needed; the gateway listens on loopback)")

@@ -21,6 +21,7 @@ gateway is reached by.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import re
 import uuid
@@ -31,7 +32,9 @@ import mcp_types as types
 from ..core.registry import RUN_CODE
 from ..runtime.registry.asking import AskingCalls
 from . import asks
-from .access import Grants, TokenGate, bearer_of, digest
+from .access import _AGENT_IN_PATH, Grants, TokenGate, bearer_of, digest
+from .front import GatewayFront
+from ..core.definitions import object_schema
 from .mcp_mapping import listed, mcp_result, unlisted
 
 __all__ = ["AGENT_PATH", "GatewayConfig", "gateway_app"]
@@ -40,6 +43,10 @@ AGENT_PATH = "/agents/{agent}/mcp"
 """Where an agent's MCP endpoint is, under the application's route prefix."""
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+
+_TOOLS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("dsh_gateway_tools", default=None)
+"""The requesting agent's tools by name (its current plan's), for the SDK's synchronous
+lookup of a tool's input schema (see :class:`_AgentTools`)."""
 
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
@@ -51,7 +58,7 @@ class GatewayConfig:
 
     def __init__(self, registry: str, *, namespace: str | None = None, logs: str | None = None,
                  allowed_hosts: list[str] | None = None, tokens: Grants | None = None,
-                 ask_ttl_s: float = 600.0, state_key: bytes | None = None) -> None:
+                 ask_ttl_s: float = 600.0, state_key: bytes | None = None, calls_here: bool = True) -> None:
         """``registry``: the name of a running registry (the gateway joins it as it is; it
         never makes one). ``logs``: a folder where each agent's session log is
         (``<logs>/<agent>.log`` on the node of the replica that took the call: a folder
@@ -62,7 +69,11 @@ class GatewayConfig:
         them. ``tokens``: grants from :func:`~.access.load_tokens` (``None``: no token
         needed). ``ask_ttl_s``: how long a client has to answer an ask put to it. ``state_key``:
         the secret sealing those asks' request state (at least 32 bytes; by default made
-        now, and shared by every replica of the application made from this config)."""
+        now, and shared by every replica of the application made from this config).
+        ``calls_here``: run each call's pipeline in the replica that took it (an executor of
+        the registry's inside the replica: no hop to an executor actor per call; a body that
+        declares Ray options still runs as a Ray task where its resources are); ``False``:
+        on the registry's executor actors, as any other caller's calls."""
         from ..runtime.wire import DEFAULT_NAMESPACE
 
         if state_key is not None and len(state_key) < 32:
@@ -73,10 +84,12 @@ class GatewayConfig:
         self.tokens = dict(tokens) if tokens is not None else None
         self.ask_ttl_s = float(ask_ttl_s)
         self.state_key = state_key or os.urandom(32)
+        self.calls_here = bool(calls_here)
 
 
 def gateway_app(config: GatewayConfig) -> Any:
-    """The ASGI application serving ``config``'s registry (a Starlette app with a lifespan)."""
+    """The ASGI application serving ``config``'s registry (the SDK's Starlette app, with its
+    lifespan, behind the gateway's own ASGI layers)."""
     from mcp.server.lowlevel import Server
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
     from mcp.server.transport_security import TransportSecuritySettings
@@ -91,18 +104,23 @@ def gateway_app(config: GatewayConfig) -> Any:
         return types.ListToolsResult(tools=listed(visible, mode, sdk))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
-        agent = _agent(ctx)
-        if params.request_state is not None:
-            return await calls.resume(agent, params.request_state, params.input_responses)
-        if params.name != RUN_CODE and await calls.mode() == "code":
-            return unlisted(params.name)  # behind run_code: a program calls it, as the model would
-        call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
-        if not asks.client_answers(ctx.protocol_version, ctx.session.client_capabilities):
-            return mcp_result(await calls.run(agent, call))
-        return await calls.run_or_ask(agent, call)
+        return await calls.answer(_agent(ctx), params, ctx.protocol_version, ctx.session.client_capabilities)
 
+    def input_schema(name: str) -> Mapping[str, Any] | None:
+        tools = _TOOLS.get()
+        definition = tools.get(name) if tools is not None else None
+        return object_schema(definition) if definition is not None else None
+
+    # The SDK checks a call's Mcp-Param-* headers against its tool's input schema; by default
+    # it lists the agent's tools on every call to find it. This reads it from the agent's
+    # plan, which _AgentTools made current for the request.
     server: Server[Any] = Server("dsh-actors", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
+                                 get_tool_input_schema=input_schema,
                                  instructions="Tools of one dsh-actors agent: every call runs through its policies.")
+    # The SDK opens an OpenTelemetry span per request; each call already has its span from the
+    # pipeline (with the agent, tool and outcome), so the request's is dropped: it cost about
+    # as much as the call's whole pipeline. (By name: the class is in a private module.)
+    server.middleware[:] = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
     # The asks' request state, sealed under the config's key (every replica has it) and bound
     # to the caller's token, so one client cannot answer another's ask.
     security = RequestStateSecurity(keys=[config.state_key], ttl=config.ask_ttl_s, bind_principal=_principal)
@@ -110,11 +128,31 @@ def gateway_app(config: GatewayConfig) -> Any:
     transport = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=config.allowed_hosts,
                                           allowed_origins=[f"http://{h}" for h in config.allowed_hosts]
                                           + [f"https://{h}" for h in config.allowed_hosts])
-    app = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
-                                     transport_security=transport, host="0.0.0.0")
-    if config.tokens is not None:
-        app.add_middleware(TokenGate, grants=config.tokens)
-    return app
+    app: Any = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
+                                          transport_security=transport, host="0.0.0.0")
+
+    async def answer(agent: str, params: types.CallToolRequestParams, version: str) -> types.CallToolResult:
+        return await calls.answer(agent, params, version, None)  # type: ignore[return-value]  # no asks: none put
+
+    # Outermost first: the token, the agent's tools for the request, the front (see .front).
+    app = GatewayFront(app, answer=answer, input_schema=input_schema, security=transport,
+                       server_info=lambda: server.server_info_stamp)
+    app = _AgentTools(app, calls)
+    return TokenGate(app, grants=config.tokens) if config.tokens is not None else app
+
+
+class _AgentTools:
+    """ASGI middleware: the requesting agent's tools (its current plan's, fetched once per
+    plan in this process) in :data:`_TOOLS` for the request, before the SDK handles it."""
+
+    def __init__(self, app: Any, calls: "_Calls") -> None:
+        self.app, self.calls = app, calls
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        found = _AGENT_IN_PATH.search(scope.get("path", "")) if scope["type"] == "http" else None
+        if found is not None and _AGENT_ID.match(found.group(1)):
+            _TOOLS.set(await self.calls.tools(found.group(1)))
+        await self.app(scope, receive, send)
 
 
 class _Calls:
@@ -129,6 +167,39 @@ class _Calls:
         self.logs: dict[str, Any] = {}  # agent -> its session log, opened at its first call here
         self.asking = AskingCalls(config.registry, config.namespace, ttl_s=config.ask_ttl_s)
         self._mode: str | None = None
+        self._core: Any = None  # the executor running calls in this replica (calls_here)
+
+    async def tools(self, agent: str) -> Mapping[str, Any] | None:
+        """``agent``'s tools by name as of now (``None`` when its plan cannot be had: the
+        call then fails as it would anyway)."""
+        try:
+            plan = await self.registry._owner_state.plans.current_plan(agent)
+        except Exception:  # noqa: BLE001 - a registry gone: the request's own handling says so
+            return None
+        return plan.tools if plan is not None else None
+
+    def _serve_calls_here(self) -> None:
+        """Make this process an executor of the registry's for calls made on this event
+        loop (the replica's): they then run here, not on an executor actor."""
+        if self._core is None:
+            from ..runtime.executor.executor import ExecutorCore
+
+            self._core = ExecutorCore(self.config.registry, self.config.namespace)
+            self._core.serve_here()
+
+    async def answer(self, agent: str, params: types.CallToolRequestParams, version: str | None,
+                     capabilities: types.ClientCapabilities | None) -> types.CallToolResult | types.InputRequiredResult:
+        """A ``tools/call`` as ``agent``: the retry that answers an ask, or a call, put to the
+        client as a question should its policy ask and the client answer asks (it speaks
+        ``version`` of the protocol and declares ``capabilities``)."""
+        if params.request_state is not None:
+            return await self.resume(agent, params.request_state, params.input_responses)
+        if params.name != RUN_CODE and await self.mode() == "code":
+            return unlisted(params.name)  # behind run_code: a program calls it, as the model would
+        call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
+        if not asks.client_answers(version, capabilities):
+            return mcp_result(await self.run(agent, call))
+        return await self.run_or_ask(agent, call)
 
     async def mode(self) -> str:
         """The registry's mode (asked once, off the loop: the client asks it blocking)."""
@@ -142,6 +213,8 @@ class _Calls:
         its signal aborted — a body sees it wherever it runs, even a plain one in a thread."""
         from ..core.signal import AbortController
 
+        if self.config.calls_here:
+            self._serve_calls_here()
         controller = AbortController()
         try:
             return await self._execute(agent, {**call, "signal": controller.signal})

@@ -183,8 +183,24 @@ def test_an_ask_waits_for_the_approval_queue_and_a_rejection_runs_nothing(gatewa
     assert rejected.is_error is True and not (marks / "rejected").exists()
 
 
+def _replicas_running(count=2, name="dsh-mcp"):
+    """Wait until ``count`` replicas of the gateway serve. Each replica listens itself, so
+    one Serve is still starting takes no connection yet: a test that kills one waits first."""
+    from ray import serve
+
+    deadline = time.monotonic() + T
+    while time.monotonic() < deadline:
+        app = serve.status().applications.get(name)
+        running = app.deployments["McpGateway"].replica_states.get("RUNNING", 0) if app is not None else 0
+        if running == count and app.status == "RUNNING":
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{count} replicas of {name} did not come up in {T} s")
+
+
 def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
     _, _, url = gateway
+    _replicas_running()
     replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
     assert len(replicas) == 2
@@ -306,6 +322,7 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
         while await queue.pending() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert await queue.pending() == []  # cancelled: its holder is gone
+        await asyncio.to_thread(_replicas_running)  # nobody listens until Serve replaced one
         async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
             return await client.session.call_tool("write", {"name": "orphan"}, request_state=asked.request_state,
                                                   input_responses={"approval": types.ElicitResult(
@@ -357,6 +374,7 @@ def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gate
     from mcp import Client
 
     marks, _, url = gateway
+    _replicas_running()  # both listening, so the survivor's calls are its own
 
     async def hundred():
         async def one(k):
@@ -422,7 +440,7 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
     assert sorted(logged) == [("add", False), ("add", True), ("write", False)]
 
 
-def test_a_second_gateway_for_another_registry_shares_serve_under_its_own_prefix(gateway, tmp_path):
+def test_a_second_gateway_for_another_registry_serves_beside_it_on_a_port_of_its_own(gateway, tmp_path):
     from mcp import Client
 
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
@@ -432,9 +450,12 @@ def test_a_second_gateway_for_another_registry_shares_serve_under_its_own_prefix
     try:
         other.register(define_tool(name="shout", description="Upper-case.", parameters={"text": {"type": "string"}},
                                    execute=lambda args, ctx: [{"type": "text", "text": args["text"].upper()}])).result(T)
-        port = int(url.split(":")[2].split("/")[0])
-        second = serve_mcp(GatewayConfig(other.name), port=port, route_prefix="/b", name="dsh-mcp-b")
-        assert second == f"http://127.0.0.1:{port}/b/agents/{{agent}}/mcp"
+        taken = int(url.split(":")[2].split("/")[0])
+        with pytest.raises(OSError, match="taken"):  # its replicas would share the first one's connections
+            serve_mcp(GatewayConfig(other.name), port=taken, name="dsh-mcp-b")
+        port = free_port()
+        second = serve_mcp(GatewayConfig(other.name), port=port, name="dsh-mcp-b")
+        assert second == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
 
         async def both():
             async with Client(second.format(agent="x")) as b, Client(url.format(agent="x")) as a:
@@ -469,8 +490,7 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
             if definition.name in ("add", "write"):
                 coded.register(definition).result(T)
         coded.scope("reader").restrict(deny=["write"]).result(T)
-        port = int(url.split(":")[2].split("/")[0])
-        served = serve_mcp(GatewayConfig(coded.name), port=port, route_prefix="/code", name="dsh-mcp-code")
+        served = serve_mcp(GatewayConfig(coded.name), port=free_port(), name="dsh-mcp-code")
 
         async def as_agent(agent, work):
             async with Client(served.format(agent=agent)) as client:

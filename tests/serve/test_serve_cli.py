@@ -42,7 +42,7 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
                                "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never", "--mode", "both",
-                               "--tokens", "tokens.json"],
+                               "--tokens", "tokens.json", "--ingress", "proxy"],  # the module's gateway is direct
                               cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()

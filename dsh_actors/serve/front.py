@@ -1,0 +1,229 @@
+"""The gateway's front: every POST to an agent's endpoint passes here before the SDK's server.
+
+Two things it does that the SDK's stateless JSON mode does not:
+
+- **A client that goes away cancels its call.** At the current protocol revision a client
+  cancels by closing its request (there is no session a ``notifications/cancelled`` could
+  name the request in), and the SDK answering in JSON does not watch for that. The front
+  reads the request's body itself, then watches the connection while the request is
+  handled: when the client disconnects, the handling is cancelled, and with it the call
+  (its signal is aborted wherever it runs).
+- **The common call skips the SDK's per-request machinery.** A ``tools/call`` of the
+  current revision that passes every check the SDK makes (DNS rebinding, content type,
+  ``Accept``, the routing headers against the body, an ``Mcp-Param-*`` header against the
+  tool's schema — each with the SDK's own function), from a client that cannot answer an
+  ask (so no request state is sealed or opened), that asks for no progress, is answered
+  here: its parameters validated by the SDK's per-version models, the call run through the
+  registry's pipeline, its result shaped by the SDK's per-version serializer and stamped
+  with the server's identity, as the SDK's server does. Everything else — and every
+  request one of those checks would refuse — goes to the SDK, which answers it (refusals
+  included) as it always does. The SDK's per-request dispatch cost several times the
+  pipeline's own work per call.
+
+The SDK pieces it reuses are some of its private ones; an SDK without them leaves every
+request to the SDK (:data:`AVAILABLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Awaitable, Callable, Mapping
+
+__all__ = ["AVAILABLE", "GatewayFront"]
+
+try:
+    from mcp.server._streamable_http_modern import _to_jsonrpc_response, _write
+    from mcp.server.streamable_http import check_accept_headers
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecurityMiddleware
+    from mcp.shared.inbound import (InboundModernRoute, classify_inbound_request, find_duplicated_routing_header,
+                                    validate_mcp_param_headers)
+    from mcp_types import SERVER_INFO_META_KEY, CallToolRequestParams
+    from mcp_types import methods as _methods
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    AVAILABLE = True
+except ImportError:  # another SDK release: every request goes to the SDK
+    AVAILABLE = False
+
+from .access import _AGENT_IN_PATH
+
+_MCP_PARAM = "mcp-param-"
+_TOOLS_CALL = "tools/call"
+
+Answer = Callable[[str, Any, str], Awaitable[Any]]
+"""``(agent, validated call params, protocol version)`` -> the call's ``CallToolResult``."""
+
+
+class GatewayFront:
+    """ASGI middleware in front of the SDK's app (see the module docs). ``answer`` runs a
+    call as an agent; ``input_schema`` is the tool's schema for the ``Mcp-Param-*`` check
+    (the one the SDK's server is given); ``server_info`` the stamp the SDK puts on a result."""
+
+    def __init__(self, app: Any, *, answer: Answer, input_schema: Callable[[str], Any],
+                 security: Any, server_info: Callable[[], dict[str, Any]]) -> None:
+        self.app, self.answer, self.input_schema, self.server_info = app, answer, input_schema, server_info
+        self.security = TransportSecurityMiddleware(security) if AVAILABLE else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        found = _AGENT_IN_PATH.search(scope.get("path", ""))
+        if found is None:
+            return await self.app(scope, receive, send)
+        body, more = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE if AVAILABLE else 4 << 20)
+        if body is None:
+            return  # the client left before its request was whole
+        if more:  # over the SDK's limit: it refuses, reading the rest itself
+            return await self.app(scope, _Replay(body, receive, more=True), send)
+        sent = _Sent(send)
+        await _unless_disconnected(self._handle(scope, body, found.group(1), receive, sent), receive, sent)
+
+    async def _handle(self, scope: dict[str, Any], body: bytes, agent: str, receive: Any, send: Any) -> None:
+        request = await self._fast(scope, body) if AVAILABLE else None
+        if request is None:
+            return await self.app(scope, _Replay(body, receive), send)
+        request_id, params, version = request
+        reply = await _to_jsonrpc_response(request_id, self._result(agent, params, version))
+        await _write(reply, scope, _Replay(b"", receive), send)
+
+    async def _result(self, agent: str, params: Any, version: str) -> dict[str, Any]:
+        result = await self.answer(agent, params, version)
+        dumped = _methods.serialize_server_result(
+            _TOOLS_CALL, version, result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        if dumped.get("resultType") is None:
+            dumped["resultType"] = "complete"
+        meta = dumped.get("_meta")  # the server's identity, unless the result names one (as the SDK stamps it)
+        if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self.server_info()}
+        return dumped  # type: ignore[no-any-return]
+
+    async def _fast(self, scope: dict[str, Any], body: bytes) -> tuple[Any, Any, str] | None:
+        """``(request id, params, protocol version)`` when this request is a call the front
+        answers (every check the SDK makes passes), else ``None``."""
+        from starlette.requests import Request
+
+        headers = _headers(scope)
+        version = headers.get("mcp-protocol-version")
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return None
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if not (isinstance(decoded, dict) and decoded.get("jsonrpc") == "2.0" and decoded.get("method") == _TOOLS_CALL
+                and _is_id(decoded.get("id")) and isinstance(decoded.get("params"), dict)):
+            return None
+        meta = decoded["params"].get("_meta")
+        if isinstance(meta, dict) and meta.get("progressToken") is not None:
+            return None  # progress is sent on the SDK's event stream
+        request = Request(scope)
+        if await self.security.validate_request(request, is_post=True) is not None:  # type: ignore[union-attr]
+            return None
+        if not check_accept_headers(request)[0] or find_duplicated_routing_header(request.headers.items()) is not None:
+            return None
+        verdict = classify_inbound_request(decoded, headers=headers)
+        if not isinstance(verdict, InboundModernRoute) or _may_answer_asks(verdict.client_capabilities):
+            return None
+        try:
+            _methods.validate_client_request(_TOOLS_CALL, verdict.protocol_version, decoded["params"])
+            params = CallToolRequestParams.model_validate(decoded["params"])
+        except Exception:  # noqa: BLE001 - invalid params: the SDK answers them
+            return None
+        if params.request_state is not None or params.input_responses is not None:
+            return None
+        arguments = params.arguments or {}
+        if arguments or any(name.startswith(_MCP_PARAM) for name in headers):
+            schema = self.input_schema(params.name)
+            if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
+                return None
+        return decoded["id"], params, verdict.protocol_version
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _may_answer_asks(capabilities: Any) -> bool:
+    """Whether the client declares elicitation: its asks go the SDK's way (sealed state)."""
+    return not isinstance(capabilities, Mapping) or capabilities.get("elicitation") is not None
+
+
+def _headers(scope: dict[str, Any]) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+async def _read_body(receive: Any, limit: int) -> tuple[bytes | None, bool]:
+    """The request's body (``None``: the client disconnected first), and whether more is
+    left unread because it passed ``limit``."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None, False
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        more = bool(message.get("more_body", False))
+        if not more or size > limit:
+            return b"".join(chunks), more
+
+
+class _Replay:
+    """A ``receive`` that gives the body already read, then what the connection says next
+    (an app reading past the body waits for the disconnect, as it would have)."""
+
+    def __init__(self, body: bytes, receive: Any, *, more: bool = False) -> None:
+        self.body: bytes | None = body
+        self.receive, self.more = receive, more
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.body is not None:
+            body, self.body = self.body, None
+            return {"type": "http.request", "body": body, "more_body": self.more}
+        return await self.receive()  # type: ignore[no-any-return]
+
+
+class _Sent:
+    """A ``send`` that knows when the whole answer went out."""
+
+    def __init__(self, send: Any) -> None:
+        self.send, self.done = send, False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        await self.send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.done = True
+
+
+async def _unless_disconnected(handling: Awaitable[None], receive: Any, sent: _Sent) -> None:
+    """Run ``handling`` in this task; should the client disconnect before the whole answer
+    went out, cancel it (the body is read, so the next message on the connection is its
+    end). One watching task, not two tasks raced: this runs on every request."""
+    this = asyncio.current_task()
+    assert this is not None
+    left = finished = False
+
+    def client_left(watch: "asyncio.Future[None]") -> None:
+        nonlocal left
+        if not finished and not watch.cancelled() and watch.exception() is None:
+            left = True
+            this.cancel()
+
+    watch = asyncio.ensure_future(_disconnect(receive, sent))
+    watch.add_done_callback(client_left)
+    try:
+        await handling
+    except asyncio.CancelledError:
+        if not left:
+            raise
+        this.uncancel()  # the cancellation was ours, and it is done with
+    finally:
+        finished = True  # a callback already scheduled must not cancel what this task does next
+        watch.cancel()
+
+
+async def _disconnect(receive: Any, sent: _Sent) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if sent.done:  # the server's closing after its answer, not a client leaving
+        await asyncio.Event().wait()
