@@ -4,13 +4,14 @@ Run: ``python benchmarks/mcp_vs_sdk.py [--calls N] [--memory-calls N] [--memory-
 (section ``mcp_vs_sdk``): the same two tools — a CPU-trivial echo and a body that awaits
 100 ms — served (a) by the SDK's ``MCPServer`` in one process (uvicorn, stateless Streamable
 HTTP, JSON responses: what a user of the SDK runs) and (b) by the gateway with 1 and 2
-replicas behind Serve's proxy (the registry's whole pipeline as an agent on every call), all
+replicas, each taking HTTP itself on the gateway's port (``ingress="direct"``, the default;
+the registry's whole pipeline as an agent on every call, in the replica's process), all
 driven by the official ``mcp`` client at 50 and 500 calls in flight (50 clients, each with
 ``in flight / 50`` calls open at once). Calls/s (median of interleaved rounds) and the ratio
 to the SDK's server; then each server's resident memory before, halfway through and after
 ``--memory-calls`` more echo calls (RSS read from ``/proc``, every process of the server
 summed). ``--memory-only``: only that, for the SDK's server and one replica (section
-``mcp_memory``).
+``mcp_memory``). ``--ingress proxy``: the gateway through Serve's HTTP proxy instead.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from mcp_gateway import TOOLS  # noqa: E402  (the same two tools as the gateway'
 from tool_server import free_port  # noqa: E402
 
 LEVELS = (50, 500)
+INGRESS_TEXT = {
+    "direct": "each replica taking HTTP itself on the gateway's port (two replicas share it; the kernel spreads "
+              "the connections) and running the calls in its own process",
+    "proxy": "its requests through Serve's HTTP proxy to its replicas, each call on the registry's executors",
+}
 CLIENTS = 50
 
 SDK_SERVER = '''
@@ -113,7 +119,7 @@ def replica_pids(proxies: bool = False) -> list[int]:
     return pids
 
 
-def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) -> None:
+def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, ingress: str = "direct") -> None:
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     ensure_ray()
@@ -127,8 +133,8 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) 
             registry.register(definition).result(120)
         sdk_url = f"http://127.0.0.1:{sdk_port}/mcp"
         for replicas in ((1,) if memory_only else (1, 2)):
-            gateway_url = serve_mcp(GatewayConfig(registry.name), port=serve_port,
-                                    num_replicas=replicas).format(agent="bench-agent")
+            gateway_url = serve_mcp(GatewayConfig(registry.name), port=serve_port, num_replicas=replicas,
+                                    ingress=ingress).format(agent="bench-agent")
             servers = {"SDK server": sdk_url, f"gateway, {replicas} replica{'s' if replicas > 1 else ''}": gateway_url}
             for tool in (() if memory_only else ("echo", "wait")):
                 for in_flight in LEVELS:
@@ -139,7 +145,7 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) 
                             seen.setdefault((tool, in_flight, name), []).append(
                                 asyncio.run(drive(url, tool, in_flight, calls)))
             for name, url in servers.items():
-                pids = [sdk.pid] if name == "SDK server" else replica_pids(proxies=memory_only)
+                pids = [sdk.pid] if name == "SDK server" else replica_pids(proxies=ingress == "proxy")
                 if name in memory:
                     continue
                 before = rss_mb(pids)
@@ -159,10 +165,11 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) 
                          [[name, *(f"{mb:.0f}" for mb in sizes)] for name, sizes in memory.items()])
     if memory_only:
         body = memory_table + (f"\n\nEach server's resident memory (read from `/proc`: the SDK's one process; the "
-                               "gateway's replica and Serve's HTTP proxy) before "
+                               f"gateway's replica{(' and Serve' + chr(39) + 's HTTP proxy') if ingress == 'proxy' else ''}) before "
                                f"and after {memory_calls:,} calls of a CPU-trivial echo by the official `mcp` client "
-                               "(50 clients, 50 in flight); the gateway with one replica, its requests through "
-                               "Serve's proxy, each call through the registry's pipeline as an agent. Load average "
+                               "(50 clients, 50 in flight); the gateway with one replica, "
+                               f"{INGRESS_TEXT[ingress]}, each call through the registry's pipeline as an agent. "
+                               "Load average "
                                f"at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
         write_section("mcp_memory", "MCP gateway and the SDK's server: memory over many calls", body)
         print(body)
@@ -181,8 +188,8 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False) 
     body += "\n\n" + memory_table
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
              f"measurement, median of {rounds} interleaved rounds. The SDK's server is `MCPServer` under uvicorn, "
-             "one process, stateless JSON; the gateway's requests pass Serve's proxy (one per node) to its replicas, "
-             "and each call runs the registry's pipeline as an agent on the registry's executors. Load average at "
+             f"one process, stateless JSON; the gateway: {INGRESS_TEXT[ingress]}, and each call runs the registry's "
+             "pipeline as an agent. Load average at "
              f"the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
     write_section("mcp_vs_sdk", "MCP gateway vs the official SDK's own server", body)
     print(body)
@@ -195,5 +202,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-only", action="store_true",
                         help="only the memory over --memory-calls calls (SDK server, gateway with 1 replica)")
+    parser.add_argument("--ingress", choices=["direct", "proxy"], default="direct")
     options = parser.parse_args()
-    main(options.calls, options.memory_calls, options.rounds, options.memory_only)
+    main(options.calls, options.memory_calls, options.rounds, options.memory_only, options.ingress)

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from typing import Any, Awaitable, Callable
 
 from .boundary import carry
+from .progress import sink_for_thread
 
 __all__ = ["BODY_RUNNER", "run_body"]
 
@@ -31,5 +32,5 @@ async def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if runner is None or inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
         value = fn(*args, **kwargs)
     else:
-        value = await runner(carry(functools.partial(fn, *args, **kwargs)))
+        value = await runner(carry(sink_for_thread(functools.partial(fn, *args, **kwargs))))
     return await value if inspect.isawaitable(value) else value

@@ -308,6 +308,15 @@ class ToolRunContext:
         parse_hook_contexts([context], "deferred context", f'tool "{self.execution.name}"')
         self._deferred.append(context)
 
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> bool:
+        """Tell the caller how far this call is (``progress`` of ``total``, if known, and a
+        ``message``): an MCP client that asked for progress hears it through the gateway,
+        when the body runs in the gateway's process (see :mod:`.progress`). Whether anyone
+        listens; a body carries on the same either way."""
+        from .progress import report_progress
+
+        return report_progress(progress, total, message)
+
 
 class ToolExecutionResult(FrozenDict):
     """The outcome of one call: a read-only ``dict`` with attribute access.

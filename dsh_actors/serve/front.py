@@ -12,10 +12,13 @@ Two things it does that the SDK's stateless JSON mode does not:
   current revision that passes every check the SDK makes (DNS rebinding, content type,
   ``Accept``, the routing headers against the body, an ``Mcp-Param-*`` header against the
   tool's schema — each with the SDK's own function), from a client that cannot answer an
-  ask (so no request state is sealed or opened), that asks for no progress, is answered
-  here: its parameters validated by the SDK's per-version models, the call run through the
-  registry's pipeline, its result shaped by the SDK's per-version serializer and stamped
-  with the server's identity, as the SDK's server does. Everything else — and every
+  ask (so no request state is sealed or opened), is answered here: its parameters
+  validated by the SDK's per-version models, the call run through the registry's pipeline,
+  its result shaped by the SDK's per-version serializer and stamped with the server's
+  identity, as the SDK's server does.
+- **Progress.** Such a call that carries a ``progressToken`` hears its body's
+  ``ctx.report_progress`` (:mod:`~dsh_actors.core.progress`) as ``notifications/progress``
+  on an event stream, then its answer — the SDK's JSON mode has no way to send them. Everything else — and every
   request one of those checks would refuse — goes to the SDK, which answers it (refusals
   included) as it always does. The SDK's per-request dispatch cost several times the
   pipeline's own work per call.
@@ -33,12 +36,12 @@ from typing import Any, Awaitable, Callable, Mapping
 __all__ = ["AVAILABLE", "GatewayFront"]
 
 try:
-    from mcp.server._streamable_http_modern import _to_jsonrpc_response, _write
+    from mcp.server._streamable_http_modern import _SSE_HEADERS, _sse_event, _to_jsonrpc_response, _write
     from mcp.server.streamable_http import check_accept_headers
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecurityMiddleware
     from mcp.shared.inbound import (InboundModernRoute, classify_inbound_request, find_duplicated_routing_header,
                                     validate_mcp_param_headers)
-    from mcp_types import SERVER_INFO_META_KEY, CallToolRequestParams
+    from mcp_types import SERVER_INFO_META_KEY, CallToolRequestParams, JSONRPCNotification
     from mcp_types import methods as _methods
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     AVAILABLE = True
@@ -50,8 +53,12 @@ from .access import _AGENT_IN_PATH
 _MCP_PARAM = "mcp-param-"
 _TOOLS_CALL = "tools/call"
 
-Answer = Callable[[str, Any, str], Awaitable[Any]]
-"""``(agent, validated call params, protocol version)`` -> the call's ``CallToolResult``."""
+Answer = Callable[..., Awaitable[Any]]
+"""``(agent, validated call params, protocol version, progress sink or None)`` -> the call's
+``CallToolResult``."""
+
+PING_S = 15.0
+"""An event stream idle this long gets a comment line, so a proxy's idle timeout keeps it."""
 
 
 class GatewayFront:
@@ -82,12 +89,55 @@ class GatewayFront:
         request = await self._fast(scope, body) if AVAILABLE else None
         if request is None:
             return await self.app(scope, _Replay(body, receive), send)
-        request_id, params, version = request
+        request_id, params, version, token = request
+        if token is not None:
+            return await self._with_progress(scope, receive, send, token, request_id, agent, params, version)
         reply = await _to_jsonrpc_response(request_id, self._result(agent, params, version))
         await _write(reply, scope, _Replay(b"", receive), send)
 
-    async def _result(self, agent: str, params: Any, version: str) -> dict[str, Any]:
-        result = await self.answer(agent, params, version)
+    async def _with_progress(self, scope: dict[str, Any], receive: Any, send: Any, token: Any, request_id: Any,
+                             agent: str, params: Any, version: str) -> None:
+        """A call whose client asked for progress: a plain JSON answer if its body reports
+        none; else an event stream (as the SDK's own: committed at the first report, a ping
+        while idle), its reports as ``notifications/progress``, then the answer."""
+        loop = asyncio.get_running_loop()
+        reports: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def sink(progress: float, total: float | None, message: str | None) -> None:  # from any thread
+            note = {"progressToken": token, "progress": progress, "total": total, "message": message}
+            event = _sse_event(JSONRPCNotification(jsonrpc="2.0", method="notifications/progress",
+                                                   params={k: v for k, v in note.items() if v is not None}))
+            loop.call_soon_threadsafe(reports.put_nowait, event)
+
+        call = asyncio.ensure_future(_to_jsonrpc_response(request_id, self._result(agent, params, version, sink)))
+        streaming = False
+        try:
+            while not call.done() or not reports.empty():
+                if reports.empty() and not call.done():
+                    report = asyncio.ensure_future(reports.get())
+                    await asyncio.wait((call, report), timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
+                    if not report.done():
+                        report.cancel()
+                        if call.done():
+                            continue
+                        event = b": ping\r\n\r\n"
+                    else:
+                        event = report.result()
+                else:
+                    event = reports.get_nowait()
+                if not streaming:
+                    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                    streaming = True
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            reply = call.result()
+        finally:
+            call.cancel()  # the client left (this task cancelled): the call with it
+        if not streaming:
+            return await _write(reply, scope, _Replay(b"", receive), send)
+        await send({"type": "http.response.body", "body": _sse_event(reply), "more_body": False})
+
+    async def _result(self, agent: str, params: Any, version: str, progress: Any = None) -> dict[str, Any]:
+        result = await self.answer(agent, params, version, progress)
         dumped = _methods.serialize_server_result(
             _TOOLS_CALL, version, result.model_dump(by_alias=True, mode="json", exclude_none=True))
         if dumped.get("resultType") is None:
@@ -97,9 +147,9 @@ class GatewayFront:
             dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self.server_info()}
         return dumped  # type: ignore[no-any-return]
 
-    async def _fast(self, scope: dict[str, Any], body: bytes) -> tuple[Any, Any, str] | None:
-        """``(request id, params, protocol version)`` when this request is a call the front
-        answers (every check the SDK makes passes), else ``None``."""
+    async def _fast(self, scope: dict[str, Any], body: bytes) -> tuple[Any, Any, str, Any] | None:
+        """``(request id, params, protocol version, progress token)`` when this request is a
+        call the front answers (every check the SDK makes passes), else ``None``."""
         from starlette.requests import Request
 
         headers = _headers(scope)
@@ -114,12 +164,14 @@ class GatewayFront:
                 and _is_id(decoded.get("id")) and isinstance(decoded.get("params"), dict)):
             return None
         meta = decoded["params"].get("_meta")
-        if isinstance(meta, dict) and meta.get("progressToken") is not None:
-            return None  # progress is sent on the SDK's event stream
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
         request = Request(scope)
         if await self.security.validate_request(request, is_post=True) is not None:  # type: ignore[union-attr]
             return None
-        if not check_accept_headers(request)[0] or find_duplicated_routing_header(request.headers.items()) is not None:
+        json_ok, events_ok = check_accept_headers(request)
+        if not json_ok or (token is not None and not events_ok):
+            return None
+        if find_duplicated_routing_header(request.headers.items()) is not None:
             return None
         verdict = classify_inbound_request(decoded, headers=headers)
         if not isinstance(verdict, InboundModernRoute) or _may_answer_asks(verdict.client_capabilities):
@@ -136,7 +188,7 @@ class GatewayFront:
             schema = self.input_schema(params.name)
             if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
                 return None
-        return decoded["id"], params, verdict.protocol_version
+        return decoded["id"], params, verdict.protocol_version, token
 
 
 def _is_id(value: Any) -> bool:

@@ -131,8 +131,9 @@ def gateway_app(config: GatewayConfig) -> Any:
     app: Any = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
                                           transport_security=transport, host="0.0.0.0")
 
-    async def answer(agent: str, params: types.CallToolRequestParams, version: str) -> types.CallToolResult:
-        return await calls.answer(agent, params, version, None)  # type: ignore[return-value]  # no asks: none put
+    async def answer(agent: str, params: types.CallToolRequestParams, version: str,
+                     progress: Any = None) -> types.CallToolResult:
+        return await calls.answer(agent, params, version, None, progress)  # type: ignore[return-value]  # no asks
 
     # Outermost first: the token, the agent's tools for the request, the front (see .front).
     app = GatewayFront(app, answer=answer, input_schema=input_schema, security=transport,
@@ -188,17 +189,19 @@ class _Calls:
             self._core.serve_here()
 
     async def answer(self, agent: str, params: types.CallToolRequestParams, version: str | None,
-                     capabilities: types.ClientCapabilities | None) -> types.CallToolResult | types.InputRequiredResult:
+                     capabilities: types.ClientCapabilities | None,
+                     progress: Any = None) -> types.CallToolResult | types.InputRequiredResult:
         """A ``tools/call`` as ``agent``: the retry that answers an ask, or a call, put to the
         client as a question should its policy ask and the client answer asks (it speaks
-        ``version`` of the protocol and declares ``capabilities``)."""
+        ``version`` of the protocol and declares ``capabilities``). ``progress``: where its
+        body's progress goes (a :data:`~dsh_actors.core.progress.ProgressSink`)."""
         if params.request_state is not None:
             return await self.resume(agent, params.request_state, params.input_responses)
         if params.name != RUN_CODE and await self.mode() == "code":
             return unlisted(params.name)  # behind run_code: a program calls it, as the model would
         call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
         if not asks.client_answers(version, capabilities):
-            return mcp_result(await self.run(agent, call))
+            return mcp_result(await self.run(agent, call, progress))
         return await self.run_or_ask(agent, call)
 
     async def mode(self) -> str:
@@ -207,17 +210,22 @@ class _Calls:
             self._mode = await asyncio.to_thread(lambda: self.registry.mode)
         return self._mode
 
-    async def run(self, agent: str, call: dict[str, Any]) -> Any:
+    async def run(self, agent: str, call: dict[str, Any], progress: Any = None) -> Any:
         """The call as ``agent``, with a signal of its own: should the client go away (its
         request dropped, which is how MCP clients cancel a call), the call is cancelled and
-        its signal aborted — a body sees it wherever it runs, even a plain one in a thread."""
+        its signal aborted — a body sees it wherever it runs, even a plain one in a thread.
+        ``progress`` hears its body's progress, when the body runs here (``calls_here``)."""
+        from ..core.progress import progress_to
         from ..core.signal import AbortController
 
         if self.config.calls_here:
             self._serve_calls_here()
         controller = AbortController()
         try:
-            return await self._execute(agent, {**call, "signal": controller.signal})
+            if progress is None:
+                return await self._execute(agent, {**call, "signal": controller.signal})
+            with progress_to(progress):
+                return await self._execute(agent, {**call, "signal": controller.signal})
         except asyncio.CancelledError:
             controller.abort("the MCP client cancelled the call (its request was dropped)")
             raise

@@ -4,6 +4,7 @@ answered from the approval queue, a replica killed. Judged from outside: files t
 bodies write, the client's own view of the results."""
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -47,7 +48,18 @@ def _tools(folder):
         await asyncio.sleep(1.5)
         return [{"type": "text", "text": args["name"]}]
 
+    async def steps(args, ctx):  # reports its progress: heard only by a client that asked for it
+        heard = [ctx.report_progress(k, 3, f"step {k}") for k in (1, 2)]
+        await asyncio.sleep(0.2)
+        heard.append(await asyncio.to_thread(lambda: ctx.report_progress(3, 3, "from a thread")))
+        return [{"type": "text", "text": json.dumps(heard)}]
+
+    def counts(args, ctx):  # a plain body, on the executor's threads
+        return [{"type": "text", "text": json.dumps([ctx.report_progress(k) for k in range(1, 4)])}]
+
     return [
+        define_tool(name="steps", description="Three steps, reported.", parameters={}, execute=steps),
+        define_tool(name="counts", description="Count to three, reported.", parameters={}, execute=counts),
         define_tool(name="nap", description="Sleep 1.5 s.", parameters={"name": {"type": "string"}}, execute=nap),
         define_tool(name="slow", description="Take 20 s unless aborted.", parameters={"name": {"type": "string"}},
                     execute=slow),
@@ -112,7 +124,8 @@ def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
         return {t.name: t for t in (await client.list_tools()).tools}
 
     writer, reader = _ask(url, "writer", listed), _ask(url, "reader", listed)
-    assert sorted(writer) == ["add", "nap", "slow", "write"] and sorted(reader) == ["add", "nap", "slow"]  # the reader's restriction holds
+    assert sorted(writer) == ["add", "counts", "nap", "slow", "steps", "write"]
+    assert sorted(reader) == ["add", "counts", "nap", "slow", "steps"]  # the reader's restriction holds
     add = writer["add"]
     assert add.description == "Add two integers."
     assert add.input_schema["type"] == "object" and set(add.input_schema["properties"]) == {"a", "b"}
@@ -333,6 +346,74 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
     assert not (marks / "orphan").exists()  # allowed by nobody, run by nobody
 
 
+def _post(url, body, **headers):
+    import httpx2
+
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28", "mcp-method": body["method"], "mcp-name": body["params"].get("name", "")}
+    with httpx2.Client(timeout=T) as http:
+        return http.post(url, json=body, headers={**base, **headers})
+
+
+def _tools_call(name, arguments, capabilities):
+    return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": capabilities}}}
+
+
+def test_the_gateways_own_answer_to_a_call_is_the_sdks_and_what_the_sdk_refuses_it_refuses(gateway):
+    """A call the front answers itself (a client that cannot answer asks) and the same call
+    answered by the SDK's server (a client that declares elicitation) are the same JSON,
+    but for the call's id; a request the SDK would refuse is refused as the SDK refuses it."""
+    _, _, url = gateway
+    url = url.format(agent="wire")
+    front = _post(url, _tools_call("add", {"a": 1, "b": 2}, {}))
+    sdk = _post(url, _tools_call("add", {"a": 1, "b": 2}, {"elicitation": {"form": {}}}))
+    assert front.status_code == sdk.status_code == 200
+    assert front.headers["content-type"] == sdk.headers["content-type"] == "application/json"
+    mine, theirs = front.json(), sdk.json()
+    assert mine["result"]["_meta"]["dsh"].pop("call_id") != theirs["result"]["_meta"]["dsh"].pop("call_id")
+    assert mine == theirs and mine["result"]["content"] == [{"type": "text", "text": "3"}]
+    assert mine["result"]["resultType"] == "complete" and "io.modelcontextprotocol/serverInfo" in mine["result"]["_meta"]
+    # The SDK's refusals, whichever path the request would have taken.
+    mismatch = _post(url, _tools_call("add", {"a": 1, "b": 2}, {}), **{"mcp-name": "write"})
+    assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == -32020
+    assert _post(url, _tools_call("add", {"a": 1, "b": 2}, {}), host="evil.example").status_code == 421
+    assert _post(url, _tools_call("add", {"a": 1, "b": 2}, {}), accept="text/html").status_code == 406
+    bad = _post(url, _tools_call("add", "not an object", {}))
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == -32602
+
+
+def test_a_client_that_asks_for_progress_hears_each_report_of_the_body_then_its_result(gateway):
+    """The official client's progress callback hears what the body reports (from its
+    coroutine, a thread it starts, and a plain body on a worker thread), in order, then
+    gets the result; a client that did not ask gets the result alone, the body told that
+    nobody listens."""
+    from mcp import Client
+
+    _, _, url = gateway
+
+    async def calls():
+        heard = {"steps": [], "counts": []}
+        async with Client(url.format(agent="watcher")) as client:
+            results = {}
+            for tool in heard:
+                async def note(progress, total, message, tool=tool):
+                    heard[tool].append((progress, total, message))
+                results[tool] = await client.call_tool(tool, {}, progress_callback=note)
+            results["unheard"] = await client.call_tool("steps", {})
+        return heard, results
+
+    heard, results = asyncio.run(calls())
+    assert heard["steps"] == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "from a thread")]
+    assert heard["counts"] == [(1, None, None), (2, None, None), (3, None, None)]
+    assert json.loads(results["steps"].content[0].text) == [True, True, True]
+    assert json.loads(results["counts"].content[0].text) == [True, True, True]
+    assert not results["steps"].is_error
+    assert json.loads(results["unheard"].content[0].text) == [False, False, False]
+
+
 def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
     from mcp import Client
     from mcp.shared.exceptions import MCPError
@@ -429,7 +510,7 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
         return (await agent.run("go")).output
 
     assert asyncio.run(run("pydantic-writer")) == "done"
-    assert seen["tools"] == ["add", "nap", "slow", "write"]
+    assert seen["tools"] == ["add", "counts", "nap", "slow", "steps", "write"]
     back = seen["back"]
     assert isinstance(back["t1"], ToolReturnPart) and "5" in str(back["t1"].content)
     # the framework's form of a failed tool: a retry, the dsh refusal's text for the model

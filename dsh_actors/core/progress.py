@@ -1,0 +1,66 @@
+"""Progress a tool body reports while it runs, heard by whoever listens where it runs.
+
+A body calls ``ctx.report_progress(done, total, message)``. Whoever runs calls and wants
+to hear it — the MCP gateway, for a client that asked for progress — sets a sink with
+:func:`progress_to` around the call; the body hears ``True`` when someone listens, ``False``
+when nobody does (no sink: it is dropped, and the body carries on the same). A sink
+reaches the bodies that run in the process that set it: coroutines of the call, and plain
+bodies on a worker thread (each gets the sink, and only it, in a context of its own). A
+body on another process — an executor actor, a Ray task — is heard by nobody here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from typing import Callable, Iterator
+
+__all__ = ["ProgressSink", "progress_to", "report_progress", "sink_for_thread"]
+
+ProgressSink = Callable[[float, "float | None", "str | None"], None]
+"""``(progress, total, message)``; called from the body's thread, so it must be thread-safe."""
+
+_SINK: contextvars.ContextVar[ProgressSink | None] = contextvars.ContextVar("dsh_actors_progress", default=None)
+
+
+@contextlib.contextmanager
+def progress_to(sink: ProgressSink) -> Iterator[None]:
+    """Within this block (and the tasks it starts), bodies' progress goes to ``sink``."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
+
+def report_progress(progress: float, total: float | None = None, message: str | None = None) -> bool:
+    """Give the listening sink ``progress`` (of ``total``, if known) and ``message``;
+    whether anyone listens. Raises ``TypeError``/``ValueError`` for values that are not
+    finite numbers (or a message that is not a str)."""
+    for name, value in (("progress", progress), ("total", total)):
+        if value is None and name == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, not {value!r}")
+    if message is not None and not isinstance(message, str):
+        raise TypeError(f"message must be a str or None, not {type(message).__name__}")
+    sink = _SINK.get()
+    if sink is None:
+        return False
+    sink(float(progress), None if total is None else float(total), message)
+    return True
+
+
+def sink_for_thread(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` for a worker thread, hearing the caller's sink (if any) and nothing else of
+    the caller's context."""
+    sink = _SINK.get()
+    if sink is None:
+        return fn
+
+    def run() -> object:
+        _SINK.set(sink)
+        return fn()
+
+    return lambda: contextvars.Context().run(run)
