@@ -37,11 +37,12 @@ __all__ = ["AVAILABLE", "GatewayFront"]
 
 try:
     from mcp.server._streamable_http_modern import _SSE_HEADERS, _sse_event, _to_jsonrpc_response, _write
+    from mcp.server.runner import modern_error_data
     from mcp.server.streamable_http import check_accept_headers
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecurityMiddleware
     from mcp.shared.inbound import (InboundModernRoute, classify_inbound_request, find_duplicated_routing_header,
                                     validate_mcp_param_headers)
-    from mcp_types import SERVER_INFO_META_KEY, CallToolRequestParams, JSONRPCNotification
+    from mcp_types import SERVER_INFO_META_KEY, CallToolRequestParams, JSONRPCError, JSONRPCNotification
     from mcp_types import methods as _methods
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     AVAILABLE = True
@@ -67,8 +68,9 @@ class GatewayFront:
     (the one the SDK's server is given); ``server_info`` the stamp the SDK puts on a result."""
 
     def __init__(self, app: Any, *, answer: Answer, input_schema: Callable[[str], Any],
-                 security: Any, server_info: Callable[[], dict[str, Any]]) -> None:
-        self.app, self.answer, self.input_schema, self.server_info = app, answer, input_schema, server_info
+                 security: Any, server_info: dict[str, Any]) -> None:
+        self.app, self.answer, self.input_schema = app, answer, input_schema
+        self.server_info = server_info  # only ever serialized, never changed: one copy for every reply
         self.security = TransportSecurityMiddleware(security) if AVAILABLE else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -92,8 +94,16 @@ class GatewayFront:
         request_id, params, version, token = request
         if token is not None:
             return await self._with_progress(scope, receive, send, token, request_id, agent, params, version)
-        reply = await _to_jsonrpc_response(request_id, self._result(agent, params, version))
-        await _write(reply, scope, _Replay(b"", receive), send)
+        try:
+            result = await self._result(agent, params, version)
+        except Exception as exc:  # noqa: BLE001 - the SDK's mapping of a handler's failure to its error reply
+            return await _write(JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc)),
+                                scope, _Replay(b"", receive), send)
+        # What the SDK's reply model dumps to, without the model: the result is already its wire form.
+        reply = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(reply)).encode()), (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": reply})
 
     async def _with_progress(self, scope: dict[str, Any], receive: Any, send: Any, token: Any, request_id: Any,
                              agent: str, params: Any, version: str) -> None:
@@ -144,7 +154,7 @@ class GatewayFront:
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")  # the server's identity, unless the result names one (as the SDK stamps it)
         if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
-            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self.server_info()}
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self.server_info}
         return dumped  # type: ignore[no-any-return]
 
     async def _fast(self, scope: dict[str, Any], body: bytes) -> tuple[Any, Any, str, Any] | None:
@@ -185,7 +195,7 @@ class GatewayFront:
             return None
         arguments = params.arguments or {}
         if arguments or any(name.startswith(_MCP_PARAM) for name in headers):
-            schema = self.input_schema(params.name)
+            schema = self.input_schema(params.name)  # None: no tool, or one that names no header
             if schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None:
                 return None
         return decoded["id"], params, verdict.protocol_version, token

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import os
 import re
 import uuid
@@ -109,7 +110,7 @@ def gateway_app(config: GatewayConfig) -> Any:
     def input_schema(name: str) -> Mapping[str, Any] | None:
         tools = _TOOLS.get()
         definition = tools.get(name) if tools is not None else None
-        return object_schema(definition) if definition is not None else None
+        return _header_schema(definition) if definition is not None else None
 
     # The SDK checks a call's Mcp-Param-* headers against its tool's input schema; by default
     # it lists the agent's tools on every call to find it. This reads it from the agent's
@@ -137,7 +138,7 @@ def gateway_app(config: GatewayConfig) -> Any:
 
     # Outermost first: the token, the agent's tools for the request, the front (see .front).
     app = GatewayFront(app, answer=answer, input_schema=input_schema, security=transport,
-                       server_info=lambda: server.server_info_stamp)
+                       server_info=server.server_info_stamp)
     app = _AgentTools(app, calls)
     return TokenGate(app, grants=config.tokens) if config.tokens is not None else app
 
@@ -284,6 +285,23 @@ class _Calls:
                 "the gateway replica holding the call died before it ended; call the tool again")),
                 "call_id": state["call_id"]}
         return mcp_result(ToolExecutionResult(held))
+
+
+_HEADER_SCHEMAS: dict[int, tuple[Any, Mapping[str, Any] | None]] = {}
+
+
+def _header_schema(definition: Any) -> Mapping[str, Any] | None:
+    """``definition``'s input schema when it names a header (``x-mcp-header``) an
+    ``Mcp-Param-*`` header must match, else ``None`` (no header to check: the check is
+    skipped); kept per definition, which is frozen."""
+    held = _HEADER_SCHEMAS.get(id(definition))
+    if held is None or held[0] is not definition:
+        schema = object_schema(definition)
+        held = (definition, schema if "x-mcp-header" in json.dumps(schema) else None)
+        if len(_HEADER_SCHEMAS) >= 4096:
+            _HEADER_SCHEMAS.clear()
+        _HEADER_SCHEMAS[id(definition)] = held
+    return held[1]
 
 
 def _principal(ctx: Any) -> str | None:
