@@ -127,6 +127,7 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
     sdk = subprocess.Popen([sys.executable, "-c", SDK_SERVER, str(sdk_port)])
     registry = ToolRegistry.connect("mcp-vs-sdk-bench")
     seen: dict[tuple[str, int, str], list[float]] = {}
+    ratios: dict[tuple[str, int, str], list[float]] = {}
     memory: dict[str, tuple[float, float]] = {}
     try:
         for definition in TOOLS:
@@ -141,9 +142,13 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
                     for url in servers.values():
                         asyncio.run(drive(url, tool, in_flight, min(calls, 500)))  # warm
                     for _ in range(rounds):  # interleaved: both meet the same machine
-                        for name, url in servers.items():
-                            seen.setdefault((tool, in_flight, name), []).append(
-                                asyncio.run(drive(url, tool, in_flight, calls)))
+                        rates = {name: asyncio.run(drive(url, tool, in_flight, calls)) for name, url in servers.items()}
+                        for name, rate in rates.items():
+                            seen.setdefault((tool, in_flight, name), []).append(rate)
+                        # Each round's ratio to the SDK's rate measured just before: a machine
+                        # slower for a while slows both sides of a pair, not one side's median.
+                        gateway = next(name for name in rates if name != "SDK server")
+                        ratios.setdefault((tool, in_flight, gateway), []).append(rates[gateway] / rates["SDK server"])
             for name, url in servers.items():
                 pids = [sdk.pid] if name == "SDK server" else replica_pids(proxies=ingress == "proxy")
                 if name in memory:
@@ -181,13 +186,14 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
             row = [("CPU-trivial echo" if tool == "echo" else "100 ms tool"), str(in_flight), f"{sdk_rate:,.0f}"]
             for replicas in ("gateway, 1 replica", "gateway, 2 replicas"):
                 rate = statistics.median(seen[(tool, in_flight, replicas)])
-                row += [f"{rate:,.0f}", f"{rate / sdk_rate:.2f}×"]
+                row += [f"{rate:,.0f}", f"{statistics.median(ratios[(tool, in_flight, replicas)]):.2f}×"]
             rows.append(row)
     body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
                   "vs SDK"], rows)
     body += "\n\n" + memory_table
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
-             f"measurement, median of {rounds} interleaved rounds. The SDK's server is `MCPServer` under uvicorn, "
+             f"measurement, median of {rounds} interleaved rounds (calls/s: the median rate; vs SDK: the median of "
+             "each round's ratio to the SDK's rate measured just before it). The SDK's server is `MCPServer` under uvicorn, "
              f"one process, stateless JSON; the gateway: {INGRESS_TEXT[ingress]}, and each call runs the registry's "
              "pipeline as an agent. Load average at "
              f"the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
@@ -199,7 +205,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--memory-calls", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory-only", action="store_true",
                         help="only the memory over --memory-calls calls (SDK server, gateway with 1 replica)")
     parser.add_argument("--ingress", choices=["direct", "proxy"], default="direct")

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .core.errors import HarnessError
 
@@ -194,10 +194,23 @@ def _serve(args: argparse.Namespace) -> int:
     from .serve.access import load_tokens
     from .serve.gateway import LOOPBACK_HOSTS
 
-    places = AgentWorkspaces(args.workspaces) if args.workspaces else None
+    from .eval.policies import policy_listeners
+    from .serve.environments import GatewayEnvironments
+    from .tools import reference_tools
+
+    if args.reference_tools and not args.workspaces:
+        print("dsh-actors serve: --reference-tools needs --workspaces (each agent works in its own folder)",
+              file=sys.stderr)
+        return 2
+    name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
+    places: Any = AgentWorkspaces(args.workspaces) if args.workspaces else None
+    if places is not None and args.environments == "native":  # each agent's tools act in its environment
+        places = GatewayEnvironments(places, name)
     try:
-        definitions = [d for spec in args.tools for d in load_tools(spec, places)]
+        definitions = list(reference_tools(places)) if args.reference_tools else []
+        definitions += [d for spec in args.tools for d in load_tools(spec, places)]
         tokens = load_tokens(args.tokens) if args.tokens else None
+        listeners = policy_listeners([name for name in args.policies.split(",") if name])
     except (PluginError, ValueError) as exc:
         print(f"dsh-actors serve: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -205,7 +218,6 @@ def _serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
         hosts.append(f"{args.host}:*")
     ensure_ray()
-    name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
     runtime = None
     if args.mode != "native":
         from .codemode.runtime import CodeRuntimeConfig
@@ -219,6 +231,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         for definition in definitions:
             registry.register(definition).result(120)
+        for event, listener in listeners:  # every agent's, in the order given
+            registry.on(event, listener).result(120)
         registry.approvals(policy=args.approvals).result(120)
         config = GatewayConfig(name, logs=args.logs, tokens=tokens, allowed_hosts=hosts)
         try:
@@ -308,6 +322,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="each agent works in DIR/<agent> (which must exist): what --tools functions are given")
     serve.add_argument("--logs", metavar="DIR",
                        help="each agent's session log, DIR/<agent>.log, records its calls (default: no log)")
+    serve.add_argument("--reference-tools", action="store_true",
+                       help="serve bash, read_file, write_file and edit_file too, each agent in its workspace")
+    serve.add_argument("--environments", choices=["native", "host"], default="native",
+                       help="native (default): each agent's tools act in an isolated environment of its own, "
+                            "started at its first call, ended with the gateway; host: on the host in its "
+                            "workspace, with no walls (only for commands you trust)")
+    serve.add_argument("--policies", default="", metavar="NAME,...",
+                       help="named policies for every agent's calls, in order, as an episode's \"policies\" "
+                            "(deny-destructive, redact-secrets, ask-writes, timeout, retry, fleet-limit:TOOL=N)")
     serve.add_argument("--approvals", choices=["never", "always", "ask"], default="ask",
                        help="asks: rejected (never), allowed (always), or waiting for `dsh-actors approvals` (default)")
     serve.add_argument("--mode", choices=["native", "code", "both"], default="native",

@@ -85,11 +85,23 @@ class EnvHostService:
         """Start environment ``env_id`` (one in use under that id is ended first); its
         address, for :func:`connect`. ``starter`` names the process whose environment it
         is: it ends when that process is gone."""
-        lock = self._starting.setdefault(env_id, asyncio.Lock())
-        async with lock:
-            await self.end(env_id)
-            env = await self._backend_here().start(env_id, spec)
-            self._envs[env_id] = (env, starter, spec.workspace)
+        async with self._starting.setdefault(env_id, asyncio.Lock()):
+            return await self._start(env_id, spec, starter)
+
+    async def start_unless_running(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None) -> Any:
+        """Environment ``env_id``'s address: the one running under that id, else one
+        started now (:meth:`start`). Callers that start an environment on first use, from
+        several processes at once, share one."""
+        async with self._starting.setdefault(env_id, asyncio.Lock()):
+            held = self._envs.get(env_id)
+            if held is not None:
+                return held[0].address  # type: ignore[attr-defined]
+            return await self._start(env_id, spec, starter)
+
+    async def _start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None) -> Any:
+        await self.end(env_id)
+        env = await self._backend_here().start(env_id, spec)
+        self._envs[env_id] = (env, starter, spec.workspace)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.ensure_future(self._sweep())
         return env.address  # type: ignore[attr-defined]
@@ -231,16 +243,19 @@ async def _ask_host(node: str, namespace: str, method: str, *args: Any) -> Any:
     raise AssertionError("unreachable")
 
 
-async def start_environment(session_id: str, spec: EnvSpec, node: str | None = None) -> str:
+async def start_environment(session_id: str, spec: EnvSpec, node: str | None = None, *,
+                            starter: tuple[Any, str] | None = None, reuse: bool = False) -> str:
     """Start the environment of the agent whose session id is ``session_id``, on ``node``
-    (default: this process's), owned by this process (it ends when this process is gone);
-    its id."""
+    (default: this process's), owned by ``starter`` (default: this process; it ends when
+    its owner is gone); its id. ``reuse``: one already running under that id is kept (and
+    its id returned), where by default it is ended first (an episode run again)."""
     node = node or this_node()
     if node is None:
         raise EnvironmentStartError("an episode environment is started on a Ray node; this process is not on one")
     env_id = env_id_of(session_id)
     try:
-        await _ask_host(node, DEFAULT_NAMESPACE, "start", env_id, spec, requester())
+        await _ask_host(node, DEFAULT_NAMESPACE, "start_unless_running" if reuse else "start", env_id, spec,
+                        starter or requester())
     except ray.exceptions.RayTaskError as exc:
         cause = _raised_there(exc)
         if isinstance(cause, EnvironmentUnavailableError):

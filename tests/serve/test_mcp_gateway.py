@@ -597,3 +597,66 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
         stop_mcp(name="dsh-mcp-code")
     finally:
         coded.shutdown()
+
+
+def _environments_running(env_ids):
+    """Which of ``env_ids`` the environment hosts of the cluster's nodes hold now."""
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
+
+    running = set()
+    for node in ray.nodes():
+        if node["Alive"]:
+            try:
+                host = ray.get_actor(env_host_name(node["NodeID"]), namespace=DEFAULT_NAMESPACE)
+            except ValueError:
+                continue  # no host made on that node
+            running |= set(ray.get(host.running.remote(), timeout=T))
+    return running & set(env_ids)
+
+
+def test_each_agent_works_in_an_environment_of_its_own_started_at_its_first_call_and_ended_with_the_gateway(
+        gateway, tmp_path):
+    """The reference tools behind the gateway: an agent's first call starts its environment
+    (its workspace its own folder, its siblings out of sight), its later calls use that one,
+    another agent gets another, and ending the gateway's registry ends them all."""
+    from mcp import Client
+
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.runtime.requester import CHECK_S
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+    from dsh_actors.serve.environments import GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces, reference_tools
+
+    for agent in ("ann", "ben"):
+        (tmp_path / agent).mkdir()
+    walled = ToolRegistry.connect(f"mcp-env-{uuid.uuid4().hex[:8]}")
+    env_ids = [env_id_of(f"{walled.name}/{agent}") for agent in ("ann", "ben")]
+    try:
+        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
+            walled.register(definition).result(T)
+        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-env")
+
+        async def bash(agent, command):
+            async with Client(served.format(agent=agent)) as client:
+                result = await client.call_tool("bash", {"command": command})
+            return result.is_error, "\n".join(block.text for block in result.content)
+
+        async def session():
+            return [await bash("ann", "echo hi > made.txt; echo $$"), await bash("ann", "cat made.txt; echo $$"),
+                    await bash("ben", f"ls; cat ../ann/made.txt; ls {tmp_path}")]
+
+        (made, made_out), (again, again_out), (other, other_out) = asyncio.run(session())
+        assert not made and not again, (made_out, again_out)
+        assert (tmp_path / "ann" / "made.txt").read_text() == "hi\n"  # in ann's folder on the host
+        assert "hi" in again_out  # the same environment (and workspace) the second time
+        assert "hi" not in other_out and not (tmp_path / "ben" / "made.txt").exists()  # ben sees none of ann's
+        assert _environments_running(env_ids) == set(env_ids)
+        stop_mcp(name="dsh-mcp-env")  # its replica ends; the hosts check owners every CHECK_S
+        time.sleep(3 * CHECK_S)
+        assert _environments_running(env_ids) == set(env_ids)  # the gateway's registry's, not its replica's
+    finally:
+        walled.shutdown()
+    deadline = time.monotonic() + T
+    while _environments_running(env_ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _environments_running(env_ids)  # ended with the registry

@@ -22,7 +22,7 @@ def tools(workspaces):
     def note(args, ctx):
         path = workspaces.at(ctx).resolve(args["name"])
         path.write_text(args["text"])
-        return [{"type": "text", "text": f"noted in {path.parent.name}"}]
+        return [{"type": "text", "text": f"noted {args['name']} in {path.parent.name}"}]
     return [define_tool(name="note", description="Write a note in your workspace.",
                         parameters={"name": {"type": "string"}, "text": {"type": "string"}}, execute=note)]
 '''
@@ -42,7 +42,8 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dsh_actors", "serve", "--tools", "mytools:tools",
                                "--workspaces", str(tmp_path / "ws"), "--port", str(port), "--approvals", "never", "--mode", "both",
-                               "--tokens", "tokens.json", "--ingress", "proxy"],  # the module's gateway is direct
+                               "--tokens", "tokens.json", "--ingress", "proxy",
+                               "--policies", "redact-secrets"],  # the module's gateway is direct
                               cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
@@ -50,11 +51,11 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
         url = line.rsplit("an agent's endpoint: ", 1)[1].strip()
         assert url == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
 
-        async def note(agent, text, token=None):
+        async def note(agent, text, token=None, name="n.txt"):
             token = token or tokens.get(agent, tokens["bob"])
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
             async with http, Client(streamable_http_client(url.format(agent=agent), http_client=http)) as client:
-                return await client.call_tool("note", {"name": "n.txt", "text": text})
+                return await client.call_tool("note", {"name": name, "text": text})
 
         async def status(agent, token):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -70,10 +71,13 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
         assert (name, code) == ("note", "run_code") and "note(" in sdk
         answers = [asyncio.run(note("alice", "from alice")), asyncio.run(note("bob", "from bob"))]
         nobody = asyncio.run(note("carol", "no workspace"))
-        assert [a.content[0].text for a in answers] == ["noted in alice", "noted in bob"]
+        assert [a.content[0].text for a in answers] == ["noted n.txt in alice", "noted n.txt in bob"]
         assert (tmp_path / "ws" / "alice" / "n.txt").read_text() == "from alice"
         assert (tmp_path / "ws" / "bob" / "n.txt").read_text() == "from bob"  # each agent in its own
         assert nobody.is_error and not (tmp_path / "ws" / "carol").exists()
+        # --policies redact-secrets: a result naming a password is withheld from the client.
+        secret = asyncio.run(note("alice", "x", name="password.txt"))
+        assert secret.is_error and "withheld" in secret.content[0].text and "password" not in secret.content[0].text
         # Who may call: a token for its own agents only, and none at all is refused.
         assert asyncio.run(status("bob", tokens["alice"])) == 403
         assert asyncio.run(status("alice", None)) == 401
