@@ -63,6 +63,19 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 '''
 
 
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used, from ``/proc``."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -128,6 +141,7 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
     registry = ToolRegistry.connect("mcp-vs-sdk-bench")
     seen: dict[tuple[str, int, str], list[float]] = {}
     ratios: dict[tuple[str, int, str], list[float]] = {}
+    cpu_per_call: dict[tuple[str, int, str], list[float]] = {}  # µs of the server's processes per call
     memory: dict[str, tuple[float, float]] = {}
     try:
         for definition in TOOLS:
@@ -137,12 +151,19 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
             gateway_url = serve_mcp(GatewayConfig(registry.name), port=serve_port, num_replicas=replicas,
                                     ingress=ingress).format(agent="bench-agent")
             servers = {"SDK server": sdk_url, f"gateway, {replicas} replica{'s' if replicas > 1 else ''}": gateway_url}
+            processes = {"SDK server": [sdk.pid], f"gateway, {replicas} replica{'s' if replicas > 1 else ''}":
+                         replica_pids(proxies=ingress == "proxy")}
             for tool in (() if memory_only else ("echo", "wait")):
                 for in_flight in LEVELS:
                     for url in servers.values():
                         asyncio.run(drive(url, tool, in_flight, min(calls, 500)))  # warm
                     for _ in range(rounds):  # interleaved: both meet the same machine
-                        rates = {name: asyncio.run(drive(url, tool, in_flight, calls)) for name, url in servers.items()}
+                        rates = {}
+                        for name, url in servers.items():
+                            spent = cpu_s(processes[name])
+                            rates[name] = asyncio.run(drive(url, tool, in_flight, calls))
+                            cpu_per_call.setdefault((tool, in_flight, name), []).append(
+                                (cpu_s(processes[name]) - spent) / calls * 1e6)
                         for name, rate in rates.items():
                             seen.setdefault((tool, in_flight, name), []).append(rate)
                         # Each round's ratio to the SDK's rate measured just before: a machine
@@ -190,12 +211,20 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
             rows.append(row)
     body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
                   "vs SDK"], rows)
+    names = ("SDK server", "gateway, 1 replica", "gateway, 2 replicas")
+    body += "\n\n" + table(
+        ["tool", "in flight", "SDK server µs CPU/call", "gateway ×1 µs CPU/call", "gateway ×2 µs CPU/call"],
+        [[("CPU-trivial echo" if tool == "echo" else "100 ms tool"), str(in_flight),
+          *(f"{statistics.median(cpu_per_call[(tool, in_flight, name)]):,.0f}" for name in names)]
+         for tool in ("echo", "wait") for in_flight in LEVELS])
     body += "\n\n" + memory_table
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
              f"measurement, median of {rounds} interleaved rounds (calls/s: the median rate; vs SDK: the median of "
              "each round's ratio to the SDK's rate measured just before it). The SDK's server is `MCPServer` under uvicorn, "
              f"one process, stateless JSON; the gateway: {INGRESS_TEXT[ingress]}, and each call runs the registry's "
-             "pipeline as an agent. Load average at "
+             "pipeline as an agent. µs CPU/call: the CPU time of the server's processes (from `/proc`: the SDK's "
+             "one process, the gateway's replicas) per call, median of the rounds; the client, in this process, "
+             "shares the 2 cores and spends more than either. Load average at "
              f"the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
     write_section("mcp_vs_sdk", "MCP gateway vs the official SDK's own server", body)
     print(body)
