@@ -196,24 +196,32 @@ def test_an_ask_waits_for_the_approval_queue_and_a_rejection_runs_nothing(gatewa
     assert rejected.is_error is True and not (marks / "rejected").exists()
 
 
-def _replicas_running(count=2, name="dsh-mcp"):
-    """Wait until ``count`` replicas of the gateway serve. Each replica listens itself, so
-    one Serve is still starting takes no connection yet: a test that kills one waits first."""
-    from ray import serve
+def _listening(url):
+    """The sockets listening on the gateway's port (inodes, from /proc/net/tcp): one per
+    replica that takes connections. Seen from outside: Serve's status may still call a
+    killed replica running for a while."""
+    port = int(url.split(":")[2].split("/")[0])
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return {row[9] for row in rows if row[3] == "0A" and int(row[1].split(":")[1], 16) == port}
 
+
+def _replicas_running(url, count=2, gone=frozenset()):
+    """Wait until ``count`` replicas listen on the gateway's port, none of them one of the
+    ``gone`` sockets (those of replicas just killed). Each replica listens itself, so one
+    Serve is still starting takes no connection yet: a test that kills one waits first."""
     deadline = time.monotonic() + T
     while time.monotonic() < deadline:
-        app = serve.status().applications.get(name)
-        running = app.deployments["McpGateway"].replica_states.get("RUNNING", 0) if app is not None else 0
-        if running == count and app.status == "RUNNING":
-            return
+        now = _listening(url)
+        if len(now) == count and not now & gone:
+            return now
         time.sleep(0.2)
-    raise AssertionError(f"{count} replicas of {name} did not come up in {T} s")
+    raise AssertionError(f"{count} replicas did not listen in {T} s: {_listening(url)} (gone: {gone})")
 
 
 def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
     _, _, url = gateway
-    _replicas_running()
+    _replicas_running(url)
     replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
     assert len(replicas) == 2
@@ -328,6 +336,7 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
             asked = await client.session.call_tool("write", {"name": "orphan"}, allow_input_required=True)
         assert isinstance(asked, types.InputRequiredResult), asked
         assert [p["tool_name"] for p in await queue.pending()] == ["write"]
+        killed = _listening(url)
         for replica in ray.util.list_named_actors(all_namespaces=True):
             if "dsh-mcp" in replica["name"] and "McpGateway" in replica["name"]:
                 ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
@@ -335,7 +344,7 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
         while await queue.pending() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert await queue.pending() == []  # cancelled: its holder is gone
-        await asyncio.to_thread(_replicas_running)  # nobody listens until Serve replaced one
+        await asyncio.to_thread(_replicas_running, url, 2, killed)  # nobody listens until Serve replaced them
         async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
             return await client.session.call_tool("write", {"name": "orphan"}, request_state=asked.request_state,
                                                   input_responses={"approval": types.ElicitResult(
@@ -455,7 +464,7 @@ def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gate
     from mcp import Client
 
     marks, _, url = gateway
-    _replicas_running()  # both listening, so the survivor's calls are its own
+    _replicas_running(url)  # both listening, so the survivor's calls are its own
 
     async def hundred():
         async def one(k):
