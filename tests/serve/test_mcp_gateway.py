@@ -226,7 +226,14 @@ def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
                 if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
     assert len(replicas) == 2
     victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+    before = _listening(url)
     ray.kill(victim, no_restart=True)
+    # ray.kill returns before the process is gone: a connection the victim accepts until then
+    # dies with it (its own calls). Once its socket is gone, the survivor takes every one.
+    deadline = time.monotonic() + T
+    while len(_listening(url) & before) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_listening(url) & before) == 1
 
     async def add(client):
         return await client.call_tool("add", {"a": 20, "b": 22})
