@@ -25,6 +25,8 @@ Grants = Mapping[str, "frozenset[str]"]
 """A token's SHA-256 (hex) -> the agents it may use (``{"*"}``: any)."""
 
 _AGENT_IN_PATH = re.compile(r"/agents/([^/]+)/mcp/?$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+"""An agent id an endpoint may name (another is refused as invalid params)."""
 
 
 def digest(token: str) -> str:

@@ -49,7 +49,7 @@ try:
 except ImportError:  # another SDK release: every request goes to the SDK
     AVAILABLE = False
 
-from .access import _AGENT_IN_PATH
+from .access import _AGENT_ID, _AGENT_IN_PATH
 
 _MCP_PARAM = "mcp-param-"
 _TOOLS_CALL = "tools/call"
@@ -77,7 +77,7 @@ class GatewayFront:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         found = _AGENT_IN_PATH.search(scope.get("path", ""))
-        if found is None:
+        if found is None or not _AGENT_ID.match(found.group(1)):  # the SDK's app refuses an invalid agent
             return await self.app(scope, receive, send)
         body, more = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE if AVAILABLE else 4 << 20)
         if body is None:

@@ -24,7 +24,6 @@ import asyncio
 import contextvars
 import json
 import os
-import re
 import uuid
 from typing import Any, Mapping
 
@@ -33,7 +32,7 @@ import mcp_types as types
 from ..core.registry import RUN_CODE
 from ..runtime.registry.asking import AskingCalls
 from . import asks
-from .access import _AGENT_IN_PATH, Grants, TokenGate, bearer_of, digest
+from .access import _AGENT_ID, _AGENT_IN_PATH, Grants, TokenGate, bearer_of, digest
 from .front import GatewayFront
 from ..core.definitions import object_schema
 from .mcp_mapping import listed, mcp_result, unlisted
@@ -43,7 +42,6 @@ __all__ = ["AGENT_PATH", "GatewayConfig", "gateway_app"]
 AGENT_PATH = "/agents/{agent}/mcp"
 """Where an agent's MCP endpoint is, under the application's route prefix."""
 
-_AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 
 _TOOLS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("dsh_gateway_tools", default=None)
 """The requesting agent's tools by name (its current plan's), for the SDK's synchronous

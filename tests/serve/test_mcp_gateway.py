@@ -399,6 +399,8 @@ def test_the_gateways_own_answer_to_a_call_is_the_sdks_and_what_the_sdk_refuses_
     assert _post(url, _tools_call("add", {"a": 1, "b": 2}, {}), accept="text/html").status_code == 406
     bad = _post(url, _tools_call("add", "not an object", {}))
     assert bad.status_code == 400 and bad.json()["error"]["code"] == -32602
+    nobody = _post(url.replace("/agents/wire/", "/agents/no%20such%20agent/"), _tools_call("add", {"a": 1, "b": 2}, {}))
+    assert nobody.status_code == 400 and "no agent in the endpoint" in nobody.json()["error"]["message"]
 
 
 def test_a_client_that_asks_for_progress_hears_each_report_of_the_body_then_its_result(gateway):
