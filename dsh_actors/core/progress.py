@@ -6,7 +6,10 @@ to hear it — the MCP gateway, for a client that asked for progress — sets a 
 when nobody does (no sink: it is dropped, and the body carries on the same). A sink
 reaches the bodies that run in the process that set it: coroutines of the call, and plain
 bodies on a worker thread (each gets the sink, and only it, in a context of its own). A
-body on another process — an executor actor, a Ray task — is heard by nobody here.
+call that runs in another process (an executor actor, a body's own Ray task) carries its
+reports back when its caller listens: the runtime sends such a call as a streaming task
+(see the executor and the caller's lanes), and hands each report to :func:`listening`'s
+sink as it arrives.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextvars
 import math
 from typing import Callable, Iterator
 
-__all__ = ["ProgressSink", "progress_to", "report_progress", "sink_for_thread"]
+__all__ = ["ProgressSink", "listening", "progress_to", "report_progress", "sink_for_thread"]
 
 ProgressSink = Callable[[float, "float | None", "str | None"], None]
 """``(progress, total, message)``; called from the body's thread, so it must be thread-safe."""
@@ -32,6 +35,12 @@ def progress_to(sink: ProgressSink) -> Iterator[None]:
         yield
     finally:
         _SINK.reset(token)
+
+
+def listening() -> ProgressSink | None:
+    """The sink this context's bodies report to (``None``: nobody listens), for a runtime
+    that carries the reports of a call it sends elsewhere back to it."""
+    return _SINK.get()
 
 
 def report_progress(progress: float, total: float | None = None, message: str | None = None) -> bool:

@@ -310,9 +310,10 @@ class ToolRunContext:
 
     def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> bool:
         """Tell the caller how far this call is (``progress`` of ``total``, if known, and a
-        ``message``): an MCP client that asked for progress hears it through the gateway,
-        when the body runs in the gateway's process (see :mod:`.progress`). Whether anyone
-        listens; a body carries on the same either way."""
+        ``message``): whoever sent the call with a progress sink set hears it (an MCP client
+        that asked for progress, through the gateway), wherever the body runs — in the
+        caller's process, an executor actor or a Ray task of its own (see :mod:`.progress`).
+        Whether anyone listens; a body carries on the same either way."""
         from .progress import report_progress
 
         return report_progress(progress, total, message)

@@ -17,6 +17,10 @@ together — without tying a fast call's result to a slow one's:
   being started, for that start's answer — and every call queued by then goes in one
   ``execute_batch`` task, which only starts them. So batches grow with the load (the
   rule is :class:`~.coalesce.Coalescer`'s, which the session log's appends follow too).
+- **Reporting.** A call whose caller listens for its progress (a sink set where it is sent,
+  :mod:`~dsh_actors.core.progress`) goes alone as a streaming actor task
+  (``execute_reporting``), never on the channel nor in a batch: each report its body makes
+  comes back as an item of the stream, handed to the sink as it arrives, then the outcome.
 - **Collecting.** While batched calls are pending, the lane keeps one ``collect`` long
   poll open on their executor (:mod:`.mailboxes` is the executor's side). It answers as
   soon as any result is ready, with every result ready by then, so results return in
@@ -49,6 +53,7 @@ from typing import Any, Callable, Protocol
 
 import ray
 
+from ...core.progress import ProgressSink, listening
 from ..backoff import WHILE_RESTARTING
 from .channel import Channel, connect
 from ..coalesce import Coalescer
@@ -67,11 +72,13 @@ class SentCall:
     """One call handed to a lane: ``await`` it for the executor's outcome bytes (or Ray's
     error); :meth:`cancel` from any thread."""
 
-    __slots__ = ("lane", "envelope", "plan_box", "hub", "future", "key", "incarnation", "ref", "route")
+    __slots__ = ("lane", "envelope", "plan_box", "hub", "progress", "future", "key", "incarnation", "ref", "route")
 
-    def __init__(self, lane: "_Lane", envelope: bytes, plan_box: Any, hub: Any) -> None:
+    def __init__(self, lane: "_Lane", envelope: bytes, plan_box: Any, hub: Any,
+                 progress: ProgressSink | None = None) -> None:
         self.lane = lane
         self.envelope, self.plan_box, self.hub = envelope, plan_box, hub
+        self.progress = progress  # who hears its body's reports (None: nobody, the common case)
         self.future: asyncio.Future[bytes] = lane.loop.create_future()
         self.key = 0
         self.incarnation: str | None = None  # of the executor that started it (batched calls)
@@ -118,16 +125,19 @@ class _Lane:
         self.executor, self.loop = executor, loop
         self.stream = _Stream(self, node)
         self.alone = _OwnTasks(self)
+        self.reporting = _Reporting(self)
         self.batches = _Batches(self, client)
 
     def send(self, envelope: bytes, plan_box: Any, hub: Any) -> SentCall:
-        call = SentCall(self, envelope, plan_box, hub)
+        call = SentCall(self, envelope, plan_box, hub, listening())
         self.route(call)
         return call
 
     def route(self, call: SentCall) -> None:
         stream = self.stream
-        if stream.held is not None:
+        if call.progress is not None and not stream.process_ended():
+            self.reporting.send(call)
+        elif stream.held is not None:
             stream.hold(call)
         elif stream.channel is not None and call.plan_box is None and call.hub is None \
                 and len(call.envelope) <= CHANNEL_ENVELOPE_MAX:
@@ -308,6 +318,52 @@ class _OwnTasks:
     def cancel(self, call: SentCall) -> None:
         try:
             ray.cancel(call.ref)  # its own actor task: the coroutine sees CancelledError
+        except Exception:
+            pass
+
+
+class _Reporting:
+    """Calls whose caller listens for their progress, each its own streaming actor task
+    (``execute_reporting``): the reports are handed to the call's sink as they arrive,
+    the last item is the outcome."""
+
+    def __init__(self, lane: _Lane) -> None:
+        self.lane = lane
+        self._following: set[asyncio.Task[None]] = set()  # asyncio holds tasks weakly
+
+    def send(self, call: SentCall) -> None:
+        why = self.lane.unsendable()
+        if why is not None:
+            call.fail(why)
+            return
+        call.ref = self.lane.executor.execute_reporting.remote(call.envelope, call.plan_box, call.hub)
+        call.route = self
+        following = self.lane.loop.create_task(self._follow(call))
+        self._following.add(following)
+        following.add_done_callback(self._following.discard)
+
+    async def _follow(self, call: SentCall) -> None:
+        assert call.progress is not None
+        try:
+            async for ref in call.ref:
+                item = await ref
+                if isinstance(item, bytes):
+                    call.resolve(item)
+                else:
+                    try:
+                        call.progress(*item)
+                    except Exception:  # noqa: BLE001 - a deaf listener never stops the call
+                        pass
+        except (asyncio.CancelledError, ray.exceptions.TaskCancelledError):
+            call.resolve(Outcome.CANCELLED)
+        except Exception as exc:  # noqa: BLE001 - Ray's error, as awaiting the call's own task gives it
+            call.fail(exc)
+        else:
+            call.fail(ray.exceptions.RaySystemError("the executor's stream ended without the call's outcome"))
+
+    def cancel(self, call: SentCall) -> None:
+        try:
+            ray.cancel(call.ref)  # the stream's coroutine sees CancelledError, and cancels the call
         except Exception:
             pass
 

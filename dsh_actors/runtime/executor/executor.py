@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import queue
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 
 from ...core.body import BODY_RUNNER
 from ...core.errors import ToolTimeoutError, outcome_of
+from ...core.progress import listening, progress_to
 from ...core import pipeline, telemetry, trace_export
 from ...core.jsonvalue import FrozenDict
 from ...core.pipeline import ExecutionPlan
@@ -65,9 +67,10 @@ export is stuck) not at all."""
 _PLANS = 256
 
 
-def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
+def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S, ended: Any = None) -> None:
     """Cancel a task: politely first, then (still running after ``grace_s``) by killing its
-    worker. Executions never retry, so a killed body does not run again. (An actor task
+    worker (``ended``: the ref that is ready once it ended, when ``ref`` is a streaming
+    task's generator). Executions never retry, so a killed body does not run again. (An actor task
     can only be cancelled politely: its coroutine sees ``CancelledError``.) An asyncio task
     (a call run in its caller's executor) is cancelled on its own loop."""
     if isinstance(ref, asyncio.Future):
@@ -82,7 +85,7 @@ def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
         if not ray.is_initialized():  # the connection ended first: never start a new Ray
             return
         try:
-            ready, _ = ray.wait([ref], timeout=0)
+            ready, _ = ray.wait([ref if ended is None else ended], timeout=0)
             if not ready:
                 ray.cancel(ref, force=True)
         except Exception:
@@ -97,18 +100,20 @@ class ForceStop:
     """Kills a force-stoppable body's task when its budget (plus grace) runs out, or when
     its caller aborted and it did not stop within the grace; remembers why."""
 
-    def __init__(self, ref: Any, timeout_ms: float, grace_ms: float) -> None:
+    def __init__(self, ref: Any, timeout_ms: float, grace_ms: float, ended: Any = None) -> None:
         self._ref = ref
+        self._ended = ref if ended is None else ended  # ready once the task ended
         self.failure: BaseException | None = None
         self._grace_s = grace_ms / 1000.0
         self._timers: list[threading.Timer] = []
         self._remove: Callable[[], None] | None = None
 
     @classmethod
-    def arm(cls, ref: Any, limits: tuple[float, float] | None, signal: AbortSignal | None) -> "ForceStop | None":
+    def arm(cls, ref: Any, limits: tuple[float, float] | None, signal: AbortSignal | None,
+            ended: Any = None) -> "ForceStop | None":
         if limits is None:
             return None
-        stopper = cls(ref, *limits)
+        stopper = cls(ref, *limits, ended=ended)
         stopper._after(limits[0] / 1000.0 + stopper._grace_s, ToolTimeoutError(limits[0]))
         if signal is not None:
             stopper._remove = signal.add_listener(lambda reason: stopper._after(
@@ -120,7 +125,7 @@ class ForceStop:
         def fire() -> None:
             if not ray.is_initialized():  # the connection ended first: never start a new Ray
                 return
-            ready, _ = ray.wait([self._ref], timeout=0)
+            ready, _ = ray.wait([self._ended], timeout=0)
             if not ready and self.failure is None:
                 self.failure = failure
                 try:
@@ -144,13 +149,11 @@ class ForceStop:
 
 _body_plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
 _body_loop: asyncio.AbstractEventLoop | None = None
+_reporting_loop: asyncio.AbstractEventLoop | None = None
 
 
-@ray.remote(max_retries=0)
-def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, list[Any]]:
-    """Run one tool body (its definition from the call's plan) in this task; returns the
-    body's value and the contexts it deferred. Only bodies with Ray options come here."""
-    global _body_loop
+def _body_of(envelope: bytes, plan_box: list[Any]) -> tuple[Envelope, ExecutionPlan]:
+    """The call and its plan (cached per worker: a worker runs many bodies of a plan)."""
     trace_export.configure()
     call = Envelope.unpack(envelope)
     plan = _body_plans.get(call.plan)
@@ -158,26 +161,70 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
         plan = _body_plans[call.plan] = ray.get(plan_box[0])
         if len(_body_plans) > _PLANS:
             _body_plans.popitem(last=False)
+    return call, plan
+
+
+async def _run_body(call: Envelope, plan: ExecutionPlan, execution: Any, deferred: list[Any]) -> Any:
+    with telemetry.span_from(call.trace, f"tool body {call.name}", **{"gen_ai.tool.call.id": str(call.call_id)}):
+        definition = plan.tools[call.name]
+        return await settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools)))
+
+
+def _body_ended(stop: Callable[[], None] | None) -> None:
+    if stop is not None:
+        stop()
+    if telemetry.tracing():  # nobody holds this worker to ask later, and the job's end kills it
+        trace_export.flush(BODY_FLUSH_S)
+
+
+@ray.remote(max_retries=0)
+def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, list[Any]]:
+    """Run one tool body (its definition from the call's plan) in this task; returns the
+    body's value and the contexts it deferred. Only bodies with Ray options come here."""
+    global _body_loop
+    call, plan = _body_of(envelope, plan_box)
     if _body_loop is None or _body_loop.is_closed():
         _body_loop = asyncio.new_event_loop()
     signal, stop = signal_of(call, hub)
-    execution = call.execution(signal)
     deferred: list[Any] = []
-    definition = plan.tools[call.name]
     try:
-        with telemetry.span_from(call.trace, f"tool body {call.name}",
-                                 **{"gen_ai.tool.call.id": str(call.call_id)}):
-            value = _body_loop.run_until_complete(
-                settle(definition.execute(execution.arguments, ToolRunContext(execution, deferred, plan.tools))))
+        value = _body_loop.run_until_complete(_run_body(call, plan, call.execution(signal), deferred))
     except BaseException:
         _body_loop.close()  # never reuse a loop a cancellation interrupted
         raise
     finally:
-        if stop is not None:
-            stop()
-        if telemetry.tracing():  # nobody holds this worker to ask later, and the job's end kills it
-            trace_export.flush(BODY_FLUSH_S)
+        _body_ended(stop)
     return value, deferred
+
+
+@ray.remote(max_retries=0)
+def run_body_task_reporting(envelope: bytes, plan_box: list[Any], hub: Any) -> Iterator[Any]:
+    """:func:`run_body_task` for a caller that listens for the body's progress (a streaming
+    task): yields each report, ``(progress, total, message)``, as the body makes it, then
+    ``(value, deferred)`` in a list. The body runs on a loop of its own thread, so this
+    one can hand reports on while it runs."""
+    global _reporting_loop
+    call, plan = _body_of(envelope, plan_box)
+    if _reporting_loop is None:
+        _reporting_loop = asyncio.new_event_loop()
+        threading.Thread(target=_reporting_loop.run_forever, name="dsh-body", daemon=True).start()
+    signal, stop = signal_of(call, hub)
+    reports: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+    deferred: list[Any] = []
+
+    async def body() -> Any:
+        with progress_to(lambda *report: reports.put(report)):
+            return await _run_body(call, plan, call.execution(signal), deferred)
+
+    running = asyncio.run_coroutine_threadsafe(body(), _reporting_loop)
+    running.add_done_callback(lambda _: reports.put(None))
+    try:
+        while (report := reports.get()) is not None:
+            yield report
+        yield [running.result(), deferred]
+    finally:
+        running.cancel()  # (cancelled here: its body's coroutine sees CancelledError)
+        _body_ended(stop)
 
 
 # --- placing a plan's bodies -----------------------------------------------------------------
@@ -230,7 +277,7 @@ class _Placement:
 
     def _remote(self, name: str, options: dict[str, Any], limits: tuple[float, float] | None,
                 patience_s: float) -> Any:
-        bound = run_body_task.options(**options)
+        bound, reporting = run_body_task.options(**options), run_body_task_reporting.options(**options)
         needed = demand(options)
 
         async def execute(args: Any, ctx: ToolRunContext) -> Any:
@@ -242,12 +289,14 @@ class _Placement:
                 signal_id, aborted, unpublish = send_signal(signal, hub)
             envelope = Envelope.of(ctx.execution, plan_id=self.plan_id, signal_id=signal_id, aborted=aborted,
                                    trace=telemetry.carrier()).pack()  # its span's parent: this dispatch
-            ref = bound.remote(envelope, self.plan_box, hub)
-            stopper = ForceStop.arm(ref, limits, signal)
+            sink = listening()
+            task = (bound if sink is None else reporting).remote(envelope, self.plan_box, hub)
+            ended = task if sink is None else task.completed()
+            stopper = ForceStop.arm(task, limits, signal, ended)
             try:
-                value, deferred = await ref
+                value, deferred = await task if sink is None else await _reported(task, sink)
             except asyncio.CancelledError:
-                cancel_task(ref)
+                cancel_task(task, ended=ended)
                 raise
             except Exception as exc:
                 if stopper is not None and stopper.failure is not None:
@@ -264,6 +313,18 @@ class _Placement:
 
         execute.__name__ = name
         return execute
+
+
+async def _reported(stream: Any, sink: Callable[..., None]) -> tuple[Any, list[Any]]:
+    """The ``(value, deferred)`` a reporting body task streams last, its reports handed to
+    ``sink`` on the way."""
+    async for ref in stream:
+        item = await ref
+        if isinstance(item, tuple):
+            sink(*item)
+        else:
+            return item[0], item[1]
+    raise ray.exceptions.RaySystemError("the body's task ended without its value")
 
 
 # --- the executor ----------------------------------------------------------------------------
@@ -350,6 +411,21 @@ class ExecutorCore(CallSurface, FlushesSpans):
         metrics.gauge_from("dsh_tool_calls_in_flight", lambda: self._in_flight)
         owner(self.registry, self.namespace).local = LocalTransport(self.execute_here, asyncio.get_running_loop())
 
+    def serve_as_guest(self) -> None:
+        """Run the calls this process makes on this loop, here — a process that is not one of
+        the registry's executor actors (a gateway replica): and tell the registry, so its
+        ``abort_agents`` reaches these calls as it reaches its executors' (once the registry
+        heard it; an actor only: a plain driver has no handle to be reached by)."""
+        self.serve_here()
+        _GUESTS[(self.namespace, self.registry)] = self
+        try:
+            actor = ray.get_runtime_context().current_actor
+        except RuntimeError:
+            return
+        told = asyncio.ensure_future(owner(self.registry, self.namespace).link.call("add_guest", actor))
+        _TELLING.add(told)
+        told.add_done_callback(_TELLING.discard)
+
     async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code
         Mode sub-call sent by its run): the same envelope, plan and outcome, with the
@@ -377,6 +453,18 @@ class ExecutorCore(CallSurface, FlushesSpans):
             self._in_flight -= 1
         _count_call(str(call.name), result, time.perf_counter() - started)
         return Outcome.result(result)
+
+
+_GUESTS: dict[tuple[str, str], ExecutorCore] = {}
+"""The executor core serving calls in this process as a guest, per (namespace, registry)."""
+_TELLING: set["asyncio.Future[Any]"] = set()
+
+
+def abort_guest_calls(_actor: Any, namespace: str, registry: str, agents: list[str], why: str) -> int:
+    """(Run in a guest's process by the registry, through ``__ray_call__``.) Cancel the calls
+    of ``agents`` its guest core runs; how many."""
+    core = _GUESTS.get((namespace, registry))
+    return core._agents.cancel_from_any_thread(agents, why) if core is not None else 0
 
 
 ExecutorActor = ray.remote(ExecutorCore)

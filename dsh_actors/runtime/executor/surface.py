@@ -5,7 +5,8 @@ Code Mode queue (a run's sub-call, :mod:`.codemode`). Both answer :meth:`execute
 :class:`~.wire.Outcome`'s bytes, and :class:`CallSurface` gives both the rest of what a
 lane (:mod:`.lanes`) uses, so every route a call can take reaches either of them alike:
 
-- its own actor task (``execute``), or one of a batch (:meth:`~CallSurface.execute_batch`,
+- its own actor task (``execute``); a call whose caller listens for its progress, its own
+  streaming task (:meth:`~CallSurface.execute_reporting`); or one of a batch (:meth:`~CallSurface.execute_batch`,
   its outcome handed over by :meth:`~CallSurface.collect`, :mod:`.mailboxes`);
 - one frame on the actor's channel, from a caller on its node
   (:meth:`~CallSurface.channel`, :mod:`.channel_server`);
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, AsyncIterator
 
 import ray
 
+from ...core.progress import progress_to
 from .agent_calls import AgentCalls
 from .channel_server import ChannelServer
 from ..wire import Item
@@ -44,6 +46,33 @@ class CallSurface:
 
     async def execute(self, envelope: bytes, plan_box: list[Any] | None = None, hub: Any = None) -> bytes:
         raise NotImplementedError
+
+    async def execute_reporting(self, envelope: bytes, plan_box: list[Any] | None = None,
+                                hub: Any = None) -> AsyncIterator[tuple[float, float | None, str | None] | bytes]:
+        """:meth:`execute` for a caller that listens for the call's progress (a streaming
+        actor task): yields each report its body makes, ``(progress, total, message)``, as
+        it comes, then the outcome's bytes. Cancelling the task cancels the call."""
+        loop = asyncio.get_running_loop()
+        reports: asyncio.Queue[tuple[float, float | None, str | None]] = asyncio.Queue()
+
+        def sink(progress: float, total: float | None, message: str | None) -> None:  # from any thread
+            loop.call_soon_threadsafe(reports.put_nowait, (progress, total, message))
+
+        with progress_to(sink):
+            call = asyncio.ensure_future(self.execute(envelope, plan_box, hub))
+        try:
+            while not call.done():
+                report = asyncio.ensure_future(reports.get())
+                await asyncio.wait((call, report), return_when=asyncio.FIRST_COMPLETED)
+                if report.done():
+                    yield report.result()
+                else:
+                    report.cancel()
+            while not reports.empty():  # made before the call ended (a report is queued first)
+                yield reports.get_nowait()
+            yield call.result()
+        finally:
+            call.cancel()
 
     async def execute_batch(self, client: str, items: list[Item]) -> str:
         """Start a batch of ``client``'s calls (see ``lanes``): each runs as :meth:`execute`
