@@ -32,7 +32,7 @@ import mcp_types as types
 from ..core.registry import RUN_CODE
 from ..runtime.registry.asking import AskingCalls
 from . import asks
-from .access import _AGENT_ID, _AGENT_IN_PATH, Grants, TokenGate, bearer_of, digest
+from .access import _AGENT_ID, Grants, TokenGate, agent_of, bearer_of, digest
 from .front import GatewayFront
 from ..core.definitions import object_schema
 from .mcp_mapping import listed, mcp_result, unlisted
@@ -72,7 +72,8 @@ class GatewayConfig:
         ``calls_here``: run each call's pipeline in the replica that took it (an executor of
         the registry's inside the replica: no hop to an executor actor per call; a body that
         declares Ray options still runs as a Ray task where its resources are); ``False``:
-        on the registry's executor actors, as any other caller's calls."""
+        on the registry's executor actors, as any other caller's calls. Either way the
+        registry's ``abort_agents`` cancels an agent's running calls."""
         from ..runtime.wire import DEFAULT_NAMESPACE
 
         if state_key is not None and len(state_key) < 32:
@@ -149,9 +150,9 @@ class _AgentTools:
         self.app, self.calls = app, calls
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        found = _AGENT_IN_PATH.search(scope.get("path", "")) if scope["type"] == "http" else None
-        if found is not None and _AGENT_ID.match(found.group(1)):
-            _TOOLS.set(await self.calls.tools(found.group(1)))
+        agent = agent_of(scope)
+        if agent is not None:
+            _TOOLS.set(await self.calls.tools(agent))
         await self.app(scope, receive, send)
 
 
@@ -170,13 +171,12 @@ class _Calls:
         self._core: Any = None  # the executor running calls in this replica (calls_here)
 
     async def tools(self, agent: str) -> Mapping[str, Any] | None:
-        """``agent``'s tools by name as of now (``None`` when its plan cannot be had: the
-        call then fails as it would anyway)."""
+        """``agent``'s tools by name as of now (``None`` when they cannot be had: the
+        request's own handling then says why)."""
         try:
-            plan = await self.registry._owner_state.plans.current_plan(agent)
+            return await self.registry.tools(agent)
         except Exception:  # noqa: BLE001 - a registry gone: the request's own handling says so
             return None
-        return plan.tools if plan is not None else None
 
     def _serve_calls_here(self) -> None:
         """Make this process an executor of the registry's for calls made on this event
@@ -185,7 +185,7 @@ class _Calls:
             from ..runtime.executor.executor import ExecutorCore
 
             self._core = ExecutorCore(self.config.registry, self.config.namespace)
-            self._core.serve_here()
+            self._core.serve_as_guest()  # the registry's abort_agents reaches calls here too
 
     async def answer(self, agent: str, params: types.CallToolRequestParams, version: str | None,
                      capabilities: types.ClientCapabilities | None,
@@ -222,12 +222,18 @@ class _Calls:
         controller = AbortController()
         try:
             if progress is None:
-                return await self._execute(agent, {**call, "signal": controller.signal})
-            with progress_to(progress):
-                return await self._execute(agent, {**call, "signal": controller.signal})
+                result = await self._execute(agent, {**call, "signal": controller.signal})
+            else:
+                with progress_to(progress):
+                    result = await self._execute(agent, {**call, "signal": controller.signal})
         except asyncio.CancelledError:
             controller.abort("the MCP client cancelled the call (its request was dropped)")
             raise
+        if (result.get("error") or {}).get("code") == "CANCELLED":
+            # cancelled where it ran (the registry aborted its agent's calls): a body still
+            # running on a thread hears it through its signal, as on an executor
+            controller.abort(result.text or "the call was cancelled")
+        return result
 
     async def _execute(self, agent: str, call: dict[str, Any]) -> Any:
         if self.config.logs is None:

@@ -20,6 +20,7 @@ import weakref
 from typing import Any, Awaitable, Callable, Protocol
 
 from ...core.signal import AbortSignal
+from ..wire import Outcome
 from .lanes import Lanes, SentCall
 
 __all__ = ["LocalCall", "LocalTransport", "RemoteTransport", "Sent"]
@@ -63,7 +64,9 @@ class RemoteTransport:
 
 
 class LocalCall:
-    """A call run on this process's executor: a task of its loop."""
+    """A call run on this process's executor: a task of its loop. Cancelled there (an
+    abort of its agent's calls) while its caller waits, it answers *cancelled*, as an
+    actor task would."""
 
     __slots__ = ("task",)
 
@@ -71,7 +74,16 @@ class LocalCall:
         self.task = task
 
     def __await__(self) -> Any:
-        return self.task.__await__()
+        return self._outcome().__await__()
+
+    async def _outcome(self) -> bytes:
+        try:
+            return await self.task
+        except asyncio.CancelledError:
+            waiting = asyncio.current_task()
+            if self.task.cancelled() and (waiting is None or not waiting.cancelling()):
+                return Outcome.CANCELLED
+            raise  # its caller was cancelled (which cancels the call too)
 
     def cancel(self) -> None:
         self.task.get_loop().call_soon_threadsafe(self.task.cancel)

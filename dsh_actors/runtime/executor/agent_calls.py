@@ -45,3 +45,11 @@ class AgentCalls:
         for task in doomed:
             task.cancel(why)
         return len(doomed)
+
+    def cancel_from_any_thread(self, agents: Iterable[str], why: str) -> int:
+        """:meth:`cancel` for a caller on another thread than the calls' loop: each is
+        cancelled on its own loop; how many there were."""
+        doomed = [task for agent in set(agents) for task in list(self._tasks.get(agent, ()))]
+        for task in doomed:
+            task.get_loop().call_soon_threadsafe(task.cancel, why)
+        return len(doomed)

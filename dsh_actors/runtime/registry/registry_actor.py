@@ -72,6 +72,7 @@ class RegistryService:
         self._approvals_made = asyncio.Lock()
         self._watchers: set[asyncio.Task[Any]] = set()
         self._watching: dict[str, asyncio.Task[None]] = {}  # pool members watched, by actor id
+        self._guests: dict[str, Any] = {}  # actors that run calls of their own (add_guest), by actor id
         self._leases = Leases(lambda: self._core.version)
 
     # the subscription protocol
@@ -319,19 +320,33 @@ class RegistryService:
         del self._watching[actor_id]
         self._watch_pools()  # its successor
 
+    async def add_guest(self, actor: Any) -> None:
+        """``actor`` runs calls of this registry's in its own process (an executor core
+        serving its own loop: a gateway replica, see ``ExecutorCore.serve_as_guest``):
+        :meth:`abort_agents` reaches its calls too, for as long as it lives."""
+        self._guests[actor._actor_id.hex()] = actor
+
     async def abort_agents(self, agents: list[str], why: str) -> int:
         """Cancel every running call, Code Mode run and pending ask of ``agents`` on every
-        executor and queue (an episode's dead attempt, before its rerun starts); how many
-        were cancelled. A member that does not answer in time is dead or dying: its calls
-        end with it."""
+        executor, queue and guest (an episode's dead attempt, before its rerun starts); how
+        many were cancelled. A member that does not answer in time is dead or dying: its
+        calls end with it."""
+        from ..executor.executor import abort_guest_calls
+
         members = [*self._fleet.executors, *(queue for queue, _ in self._fleet.queues)]
         asked = [member.abort_agents.remote(agents, why) for member in members]
+        guests = list(self._guests.items())
+        asked += [guest.__ray_call__.remote(abort_guest_calls, self._config.namespace, self._config.name, agents, why)
+                  for _, guest in guests]
         if self._approvals is not None:
             asked.append(self._approvals.cancel_agents.remote(agents))
         try:
             counts = await within(asyncio.gather(*asked, return_exceptions=True), _ABORT_S)
         except TimeoutError:
             return 0
+        for (actor_id, _), count in zip(guests, counts[len(members):]):
+            if isinstance(count, ray.exceptions.RayActorError):
+                self._guests.pop(actor_id, None)  # gone, and its calls with it
         return sum(c for c in counts if isinstance(c, int))
 
     async def flush_spans(self, timeout_s: float) -> None:
