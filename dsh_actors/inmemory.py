@@ -105,6 +105,9 @@ class InMemoryScope(_Owner):
     def visible(self) -> list[ToolDefinition]:
         return self._registry.visible(self.agent_id)
 
+    def tools(self) -> Mapping[str, ToolDefinition]:
+        return self._registry.tools(self.agent_id)
+
     def known_names(self) -> list[str]:
         return self._registry.known_names(self.agent_id)
 
@@ -202,6 +205,10 @@ class InMemoryRegistry(_Owner):
 
     def visible(self, scope: str | None = None) -> list[ToolDefinition]:
         return list(self._state.plan(scope).tools.values())
+
+    def tools(self, scope: str | None = None) -> Mapping[str, ToolDefinition]:
+        """The visible tools by name (:meth:`visible` as a read-only mapping)."""
+        return self._state.plan(scope).tools
 
     def known_names(self, scope: str | None = None) -> list[str]:
         return self._state.known_names(scope)

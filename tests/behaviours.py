@@ -81,6 +81,9 @@ async def several_agents_each_see_their_own_view(registry: Any) -> None:
     assert (await ex(reader, name="write")).text == 'Error: unknown tool "write"'
     assert [s["name"] for s in await done(custom.schemas())] == ["read", "write", "shell", "mine"]
     assert await done(custom.known_names()) == ["read", "write", "shell", "mine"]
+    by_name = await done(custom.tools())
+    assert list(by_name) == ["read", "write", "shell", "mine"] and by_name["mine"].name == "mine"
+    assert list(await done(registry.tools("reader"))) == ["read"]
     assert (await done(registry.get("write", "custom"))).description == "echo arguments back"
 
 

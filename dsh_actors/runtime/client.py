@@ -54,7 +54,7 @@ def _names_now(value: Any) -> Any:
     return list(value)
 
 
-_PLAN_VIEWS = ("get", "visible", "schemas", "known_names")
+_PLAN_VIEWS = ("get", "visible", "tools", "schemas", "known_names")
 
 
 def _agent_id(scope: "str | AgentScope | None") -> str | None:
@@ -229,8 +229,12 @@ class ToolRegistry(_Registrar):
         plan (an agent step reads the view on every step: shipping each definition, its
         callbacks pickled, on every read cost more than the calls)."""
         plan = await self._owner_state.plans.current_plan(agent)
+        if plan is None and method == "tools":
+            return {d.name: d for d in await self._ask_owner(agent, "visible")}
         if plan is None:  # the plan object is lost: its owner answers
             return await self._ask_owner(agent, method, *args)
+        if method == "tools":
+            return plan.tools
         if method == "get":
             return plan.tools.get(args[0])
         if method == "visible":
@@ -246,6 +250,11 @@ class ToolRegistry(_Registrar):
 
     def visible(self, scope: "str | AgentScope | None" = None) -> Response[list[ToolDefinition]]:
         return self._view(scope, "visible")
+
+    def tools(self, scope: "str | AgentScope | None" = None) -> Response[Mapping[str, ToolDefinition]]:
+        """The visible tools by name (:meth:`visible` as a read-only mapping): read from the
+        scope's current plan, held in this process, so a frequent reader costs no copy."""
+        return self._view(scope, "tools")
 
     def known_names(self, scope: "str | AgentScope | None" = None) -> Response[list[str]]:
         return self._view(scope, "known_names")
@@ -386,6 +395,9 @@ class AgentScope(_Registrar):
 
     def visible(self) -> Response[list[ToolDefinition]]:
         return self.registry.visible(self.agent_id)
+
+    def tools(self) -> Response[Mapping[str, ToolDefinition]]:
+        return self.registry.tools(self.agent_id)
 
     def known_names(self) -> Response[list[str]]:
         return self.registry.known_names(self.agent_id)

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any, Awaitable, Callable, Mapping
 
-__all__ = ["ANY_AGENT", "Grants", "TokenGate", "bearer_of", "digest", "load_tokens"]
+__all__ = ["ANY_AGENT", "Grants", "TokenGate", "agent_of", "bearer_of", "digest", "load_tokens"]
 
 ANY_AGENT = "*"
 
@@ -27,6 +27,19 @@ Grants = Mapping[str, "frozenset[str]"]
 _AGENT_IN_PATH = re.compile(r"/agents/([^/]+)/mcp/?$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 """An agent id an endpoint may name (another is refused as invalid params)."""
+
+
+_NAMED = "dsh.agent"
+"""Where :func:`agent_of` keeps its finding in a request's ASGI scope."""
+
+
+def agent_of(scope: dict[str, Any]) -> str | None:
+    """The agent an HTTP request's path names (``/agents/<agent>/mcp``), if it names a valid
+    one, else ``None``; found once per request (each layer of the gateway asks)."""
+    if _NAMED not in scope:
+        found = _AGENT_IN_PATH.search(scope.get("path", "")) if scope["type"] == "http" else None
+        scope[_NAMED] = found.group(1) if found is not None and _AGENT_ID.match(found.group(1)) else None
+    return scope[_NAMED]  # type: ignore[no-any-return]
 
 
 def digest(token: str) -> str:
@@ -75,14 +88,14 @@ class TokenGate:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        match = _AGENT_IN_PATH.search(scope.get("path", ""))
+        agent = agent_of(scope)  # (an invalid one: the MCP app refuses the request)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         token = bearer_of(headers)
         agents = self.grants.get(digest(token)) if token is not None else None
         if agents is None:
             return await _refuse(send, 401, "a bearer token from the gateway's tokens file is needed")
-        if match is not None and ANY_AGENT not in agents and match.group(1) not in agents:
-            return await _refuse(send, 403, f'this token may not use agent "{match.group(1)}"')
+        if agent is not None and ANY_AGENT not in agents and agent not in agents:
+            return await _refuse(send, 403, f'this token may not use agent "{agent}"')
         return await self.app(scope, receive, send)
 
 

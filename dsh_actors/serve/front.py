@@ -49,7 +49,7 @@ try:
 except ImportError:  # another SDK release: every request goes to the SDK
     AVAILABLE = False
 
-from .access import _AGENT_ID, _AGENT_IN_PATH
+from .access import agent_of
 
 _MCP_PARAM = "mcp-param-"
 _TOOLS_CALL = "tools/call"
@@ -76,8 +76,8 @@ class GatewayFront:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
-        found = _AGENT_IN_PATH.search(scope.get("path", ""))
-        if found is None or not _AGENT_ID.match(found.group(1)):  # the SDK's app refuses an invalid agent
+        agent = agent_of(scope)
+        if agent is None:  # the SDK's app refuses an invalid agent
             return await self.app(scope, receive, send)
         body, more = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE if AVAILABLE else 4 << 20)
         if body is None:
@@ -85,7 +85,7 @@ class GatewayFront:
         if more:  # over the SDK's limit: it refuses, reading the rest itself
             return await self.app(scope, _Replay(body, receive, more=True), send)
         sent = _Sent(send)
-        await _unless_disconnected(self._handle(scope, body, found.group(1), receive, sent), receive, sent)
+        await _unless_disconnected(self._handle(scope, body, agent, receive, sent), receive, sent)
 
     async def _handle(self, scope: dict[str, Any], body: bytes, agent: str, receive: Any, send: Any) -> None:
         request = await self._fast(scope, body) if AVAILABLE else None

@@ -5,6 +5,8 @@ bodies write, the client's own view of the results."""
 
 import asyncio
 import json
+import os
+import signal
 import time
 import uuid
 
@@ -79,6 +81,15 @@ _where = define_tool(name="where", description="Say the node this call ran on (t
 """Only agent ``placed`` sees it (a tool of its scope)."""
 
 
+async def _far_steps(args, ctx):
+    return [{"type": "text", "text": json.dumps([os.getpid(), [ctx.report_progress(k, 2) for k in (1, 2)]])}]
+
+
+_far = define_tool(name="far-steps", description="Two steps, reported from a Ray task of its own.", parameters={},
+                   execute=_far_steps, extras={"ray_options": {"num_cpus": 0}})
+"""Only agent ``watcher`` sees it (a tool of its scope)."""
+
+
 def _asks_for_askers(execution, call_next):
     return ask("the asker's writes need a human") if execution.agent == "asker" else call_next()
 
@@ -94,11 +105,12 @@ def gateway(ray_cluster, tmp_path_factory):
         registry.register(definition).result(T)
     registry.scope("reader").restrict(deny=["write"]).result(T)
     registry.scope("placed").register(_where).result(T)
+    registry.scope("watcher").register(_far).result(T)
     registry.on("tools/pre-execute", _asks_for_askers).result(T)
     queue = registry.approvals().result(T)
     url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=free_port(), num_replicas=2)
     try:
-        yield folder, queue, url
+        yield folder, queue, url, registry
     finally:
         try:
             stop_mcp(shutdown_serve=True)
@@ -118,7 +130,7 @@ def _ask(url, agent, work):
 
 
 def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
-    _, _, url = gateway
+    _, _, url, _ = gateway
 
     async def listed(client):
         return {t.name: t for t in (await client.list_tools()).tools}
@@ -135,7 +147,7 @@ def test_each_agent_lists_its_own_tools_with_their_hints(gateway):
 
 def test_a_call_through_the_gateway_runs_where_its_tool_declares_its_resources(gateway, ray_cluster):
     """The session's cluster has two nodes; only the second has ``dsh_special``."""
-    _, _, url = gateway
+    _, _, url, _ = gateway
 
     async def called(client):
         return await client.call_tool("where", {})
@@ -145,7 +157,7 @@ def test_a_call_through_the_gateway_runs_where_its_tool_declares_its_resources(g
 
 
 def test_a_call_runs_the_pipeline_as_the_agent_and_its_result_keeps_the_code(gateway):
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
 
     async def calls(client):
         return (await client.call_tool("add", {"a": 2, "b": 3}),
@@ -175,7 +187,7 @@ def test_a_call_runs_the_pipeline_as_the_agent_and_its_result_keeps_the_code(gat
 
 
 def test_an_ask_waits_for_the_approval_queue_and_a_rejection_runs_nothing(gateway):
-    marks, queue, url = gateway
+    marks, queue, url, _ = gateway
 
     async def answered(client):
         async def answer(verdict):
@@ -206,6 +218,19 @@ def _listening(url):
     return {row[9] for row in rows if row[3] == "0A" and int(row[1].split(":")[1], 16) == port}
 
 
+def _processes_holding(sockets):
+    """The processes holding any of ``sockets`` (inodes), from /proc."""
+    held = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:
+            continue
+        if links & {f"socket:[{inode}]" for inode in sockets}:
+            held.add(int(pid))
+    return held
+
+
 def _replicas_running(url, count=2, gone=frozenset()):
     """Wait until ``count`` replicas listen on the gateway's port, none of them one of the
     ``gone`` sockets (those of replicas just killed). Each replica listens itself, so one
@@ -220,7 +245,7 @@ def _replicas_running(url, count=2, gone=frozenset()):
 
 
 def test_a_killed_replica_is_replaced_and_the_gateway_keeps_answering(gateway):
-    _, _, url = gateway
+    _, _, url, _ = gateway
     _replicas_running(url)
     replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
@@ -268,7 +293,7 @@ def _answering(allow):
 def test_an_ask_is_put_to_a_client_that_answers_through_the_protocol(gateway):
     from mcp import Client
 
-    marks, queue, url = gateway
+    marks, queue, url, _ = gateway
 
     async def calls():
         results = {}
@@ -296,7 +321,7 @@ def test_the_answer_may_come_back_on_another_connection_and_a_forged_or_moved_st
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
     yes = {"approval": types.ElicitResult(action="accept", content={"allow": True})}
 
     answer, seen = _answering(True)  # declares form elicitation; the round trip is driven by hand here
@@ -335,7 +360,7 @@ def test_a_held_call_dies_with_its_replica_and_its_ask_with_it(gateway):
     import mcp_types as types
     from mcp import Client
 
-    marks, queue, url = gateway
+    marks, queue, url, _ = gateway
     answer, _ = _answering(True)
 
     async def ask_then_answer():
@@ -382,7 +407,7 @@ def test_the_gateways_own_answer_to_a_call_is_the_sdks_and_what_the_sdk_refuses_
     """A call the front answers itself (a client that cannot answer asks) and the same call
     answered by the SDK's server (a client that declares elicitation) are the same JSON,
     but for the call's id; a request the SDK would refuse is refused as the SDK refuses it."""
-    _, _, url = gateway
+    _, _, url, _ = gateway
     url = url.format(agent="wire")
     front = _post(url, _tools_call("add", {"a": 1, "b": 2}, {}))
     sdk = _post(url, _tools_call("add", {"a": 1, "b": 2}, {"elicitation": {"form": {}}}))
@@ -405,15 +430,15 @@ def test_the_gateways_own_answer_to_a_call_is_the_sdks_and_what_the_sdk_refuses_
 
 def test_a_client_that_asks_for_progress_hears_each_report_of_the_body_then_its_result(gateway):
     """The official client's progress callback hears what the body reports (from its
-    coroutine, a thread it starts, and a plain body on a worker thread), in order, then
-    gets the result; a client that did not ask gets the result alone, the body told that
+    coroutine, a thread it starts, a plain body on a worker thread, and a body in a Ray task
+    of its own), in order, then gets the result; a client that did not ask gets the result alone, the body told that
     nobody listens."""
     from mcp import Client
 
-    _, _, url = gateway
+    _, _, url, _ = gateway
 
     async def calls():
-        heard = {"steps": [], "counts": []}
+        heard = {"steps": [], "counts": [], "far-steps": []}
         async with Client(url.format(agent="watcher")) as client:
             results = {}
             for tool in heard:
@@ -428,6 +453,10 @@ def test_a_client_that_asks_for_progress_hears_each_report_of_the_body_then_its_
     assert heard["counts"] == [(1, None, None), (2, None, None), (3, None, None)]
     assert json.loads(results["steps"].content[0].text) == [True, True, True]
     assert json.loads(results["counts"].content[0].text) == [True, True, True]
+    far_pid, far_heard = json.loads(results["far-steps"].content[0].text)
+    assert heard["far-steps"] == [(1, 2, None), (2, 2, None)] and far_heard == [True, True]
+    replicas = _processes_holding(_listening(url))
+    assert replicas and far_pid not in replicas  # its own task, not a replica
     assert not results["steps"].is_error
     assert json.loads(results["unheard"].content[0].text) == [False, False, False]
 
@@ -436,7 +465,7 @@ def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
 
     async def give_up():
         # Give up once the tool has started (not after a fixed time: on a loaded machine the
@@ -460,6 +489,36 @@ def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
     assert not (marks / "given-up.finished").exists()
 
 
+def test_the_registrys_abort_of_an_agents_calls_reaches_those_running_in_a_replica(gateway):
+    """``abort_agents`` (an episode's dead attempt, before its rerun) stops an agent's calls
+    running in the gateway's replicas as it stops those on its executors: the client gets
+    one ``CANCELLED`` result, the body on a thread hears it through its signal, and another
+    agent's call goes on."""
+    from mcp import Client
+
+    marks, _, url, registry = gateway
+
+    async def aborted():
+        async with Client(url.format(agent="doomed")) as doomed, Client(url.format(agent="spared")) as spared:
+            calls = [asyncio.ensure_future(doomed.call_tool("slow", {"name": "doomed"}, read_timeout_seconds=T)),
+                     asyncio.ensure_future(spared.call_tool("nap", {"name": "spared"}, read_timeout_seconds=T))]
+            deadline = time.monotonic() + T
+            while not (marks / "doomed.started").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            count = await registry.abort_agents(["doomed"], "its episode runs again")
+            return count, await asyncio.gather(*calls)
+
+    count, (doomed, spared) = asyncio.run(aborted())
+    assert count == 1
+    assert doomed.is_error and doomed.meta["dsh"]["error"]["code"] == "CANCELLED", doomed
+    assert not spared.is_error and spared.content[0].text == "spared"
+    deadline = time.monotonic() + T
+    while not (marks / "doomed.aborted").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "cancelled" in (marks / "doomed.aborted").read_text()
+    assert not (marks / "doomed.finished").exists()
+
+
 def _leaf(exc):
     """What failed, under any exception groups (the client's task groups wrap it)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -467,13 +526,17 @@ def _leaf(exc):
     return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gateway):
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gateway, kill):
     """Each of 100 calls gets one answer — its result, or an error for the calls the dead
-    replica held — and no call runs twice (Serve does not resend them)."""
+    replica held — and no call runs twice (Serve does not resend them), whether Ray ends
+    the replica or its process is killed under it."""
     from mcp import Client
 
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
     _replicas_running(url)  # both listening, so the survivor's calls are its own
+    for old in marks.glob("nap-n*"):  # (the other kill's run)
+        old.unlink()
 
     async def hundred():
         async def one(k):
@@ -488,9 +551,12 @@ def test_a_replica_killed_with_100_calls_in_flight_costs_only_its_own_calls(gate
         deadline = time.monotonic() + T
         while len(list(marks.glob("nap-n*"))) < 60 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
-                    if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
-        ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+        if kill == "SIGKILL":
+            os.kill(min(_processes_holding(_listening(url))), signal.SIGKILL)
+        else:
+            replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                        if "dsh-mcp" in a["name"] and "McpGateway" in a["name"]]
+            ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
         return await asyncio.gather(*calls)
 
     outcomes = asyncio.run(hundred())
@@ -511,7 +577,7 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
     from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import FunctionModel
 
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
     seen = {}
 
     def model(messages, info):
@@ -544,7 +610,7 @@ def test_a_second_gateway_for_another_registry_serves_beside_it_on_a_port_of_its
 
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
-    _, _, url = gateway
+    _, _, url, _ = gateway
     other = ToolRegistry.connect(f"mcp-b-{uuid.uuid4().hex[:8]}")
     try:
         other.register(define_tool(name="shout", description="Upper-case.", parameters={"text": {"type": "string"}},
@@ -581,7 +647,7 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
     from dsh_actors.codemode.runtime import CodeRuntimeConfig
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
-    marks, _, url = gateway
+    marks, _, url, _ = gateway
     coded = ToolRegistry.connect(f"mcp-code-{uuid.uuid4().hex[:8]}", mode="code",
                                  code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000, max_wall_ms=60_000))
     try:
