@@ -18,10 +18,13 @@ Two things it does that the SDK's stateless JSON mode does not:
   identity, as the SDK's server does.
 - **Progress.** Such a call that carries a ``progressToken`` hears its body's
   ``ctx.report_progress`` (:mod:`~dsh_actors.core.progress`) as ``notifications/progress``
-  on an event stream, then its answer — the SDK's JSON mode has no way to send them. Everything else — and every
-  request one of those checks would refuse — goes to the SDK, which answers it (refusals
-  included) as it always does. The SDK's per-request dispatch cost several times the
-  pipeline's own work per call.
+  on an event stream, then its answer — the SDK's JSON mode has no way to send them.
+
+Everything else — and every request one of those checks would refuse — goes to the SDK,
+which answers it (refusals included) as it always does; a request among those that carries
+a ``progressToken`` and accepts an event stream goes to the SDK's event-stream face
+(``streaming``), so its reports reach it there. The SDK's per-request dispatch cost
+several times the pipeline's own work per call.
 
 The SDK pieces it reuses are some of its private ones; an SDK without them leaves every
 request to the SDK (:data:`AVAILABLE`).
@@ -58,6 +61,9 @@ Answer = Callable[..., Awaitable[Any]]
 """``(agent, validated call params, protocol version, progress sink or None)`` -> the call's
 ``CallToolResult``."""
 
+STREAMS = "dsh.streams"
+"""Set in the ASGI scope of a request the SDK answers with an event stream (it asked for
+progress): its call's reports then go to the SDK's session."""
 PING_S = 15.0
 """An event stream idle this long gets a comment line, so a proxy's idle timeout keeps it."""
 
@@ -68,8 +74,9 @@ class GatewayFront:
     (the one the SDK's server is given); ``server_info`` the stamp the SDK puts on a result."""
 
     def __init__(self, app: Any, *, answer: Answer, input_schema: Callable[[str], Any],
-                 security: Any, server_info: dict[str, Any]) -> None:
+                 security: Any, server_info: dict[str, Any], streaming: Any = None) -> None:
         self.app, self.answer, self.input_schema = app, answer, input_schema
+        self.streaming = streaming  # the SDK's app answering with event streams (None: app for all)
         self.server_info = server_info  # only ever serialized, never changed: one copy for every reply
         self.security = TransportSecurityMiddleware(security) if AVAILABLE else None
 
@@ -90,7 +97,8 @@ class GatewayFront:
     async def _handle(self, scope: dict[str, Any], body: bytes, agent: str, receive: Any, send: Any) -> None:
         request = await self._fast(scope, body) if AVAILABLE else None
         if request is None:
-            return await self.app(scope, _Replay(body, receive), send)
+            app = self.streaming if self.streaming is not None and _asks_progress(scope, body) else self.app
+            return await app(scope, _Replay(body, receive), send)
         request_id, params, version, token = request
         if token is not None:
             return await self._with_progress(scope, receive, send, token, request_id, agent, params, version)
@@ -228,6 +236,16 @@ async def _read_body(receive: Any, limit: int) -> tuple[bytes | None, bool]:
         more = bool(message.get("more_body", False))
         if not more or size > limit:
             return b"".join(chunks), more
+
+
+def _asks_progress(scope: dict[str, Any], body: bytes) -> bool:
+    """Whether a request carries a progress token and accepts an event stream, the only
+    way its reports can reach it (marked in its scope, :data:`STREAMS`, for the handler)."""
+    if b"progressToken" not in body or not any(
+            name == b"accept" and b"text/event-stream" in value for name, value in scope.get("headers", ())):
+        return False
+    scope[STREAMS] = True
+    return True
 
 
 class _Replay:

@@ -21,11 +21,12 @@ gateway is reached by.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
 import uuid
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import mcp_types as types
 
@@ -33,7 +34,7 @@ from ..core.registry import RUN_CODE
 from ..runtime.registry.asking import AskingCalls
 from . import asks
 from .access import _AGENT_ID, Grants, TokenGate, agent_of, bearer_of, digest
-from .front import GatewayFront
+from .front import STREAMS, GatewayFront
 from ..core.definitions import object_schema
 from .mcp_mapping import listed, mcp_result, unlisted
 
@@ -104,7 +105,11 @@ def gateway_app(config: GatewayConfig) -> Any:
         return types.ListToolsResult(tools=listed(visible, mode, sdk))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
-        return await calls.answer(_agent(ctx), params, ctx.protocol_version, ctx.session.client_capabilities)
+        agent, capabilities = _agent(ctx), ctx.session.client_capabilities
+        if not _streams_progress(ctx):
+            return await calls.answer(agent, params, ctx.protocol_version, capabilities)
+        async with _reporting_to(ctx.session) as sink:
+            return await calls.answer(agent, params, ctx.protocol_version, capabilities, sink)
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
         tools = _TOOLS.get()
@@ -128,8 +133,15 @@ def gateway_app(config: GatewayConfig) -> Any:
     transport = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=config.allowed_hosts,
                                           allowed_origins=[f"http://{h}" for h in config.allowed_hosts]
                                           + [f"https://{h}" for h in config.allowed_hosts])
+    # Two faces of the SDK's app: JSON replies, and event streams for a request the front
+    # leaves to the SDK that asks for progress (a client that answers asks, an older
+    # revision's). One lifespan runs both session managers.
     app: Any = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True, json_response=True,
                                           transport_security=transport, host="0.0.0.0")
+    replies = server.session_manager
+    streams: Any = server.streamable_http_app(streamable_http_path=AGENT_PATH, stateless_http=True,
+                                              json_response=False, transport_security=transport, host="0.0.0.0")
+    app.router.lifespan_context = lambda _app: _running(replies, server.session_manager)
 
     async def answer(agent: str, params: types.CallToolRequestParams, version: str,
                      progress: Any = None) -> types.CallToolResult:
@@ -137,7 +149,7 @@ def gateway_app(config: GatewayConfig) -> Any:
 
     # Outermost first: the token, the agent's tools for the request, the front (see .front).
     app = GatewayFront(app, answer=answer, input_schema=input_schema, security=transport,
-                       server_info=server.server_info_stamp)
+                       server_info=server.server_info_stamp, streaming=streams)
     app = _AgentTools(app, calls)
     return TokenGate(app, grants=config.tokens) if config.tokens is not None else app
 
@@ -201,7 +213,7 @@ class _Calls:
         call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
         if not asks.client_answers(version, capabilities):
             return mcp_result(await self.run(agent, call, progress))
-        return await self.run_or_ask(agent, call)
+        return await self.run_or_ask(agent, call, progress)
 
     async def mode(self) -> str:
         """The registry's mode (asked once, off the loop: the client asks it blocking)."""
@@ -252,10 +264,11 @@ class _Calls:
             self.logs[agent] = await SessionLog.open_async(self.registry.session_id(agent), path)
         return self.logs[agent]
 
-    async def run_or_ask(self, agent: str, call: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
+    async def run_or_ask(self, agent: str, call: dict[str, Any],
+                         progress: Any = None) -> types.CallToolResult | types.InputRequiredResult:
         """Run the call; should its policy ask, answer with the question instead and hold
         the call (it goes on waiting for its ask) until the client's retry collects it."""
-        kind, value = await self.asking.run_or_ask(call["call_id"], self.run(agent, call))
+        kind, value = await self.asking.run_or_ask(call["call_id"], self.run(agent, call, progress))
         return mcp_result(value) if kind == "done" else asks.question(agent, call["call_id"], value)
 
     async def resume(self, agent: str, state_text: str,
@@ -289,6 +302,50 @@ class _Calls:
                 "the gateway replica holding the call died before it ended; call the tool again")),
                 "call_id": state["call_id"]}
         return mcp_result(ToolExecutionResult(held))
+
+
+@contextlib.asynccontextmanager
+async def _running(*managers: Any) -> AsyncIterator[None]:
+    """Run the SDK's session managers for as long as the app lives."""
+    async with contextlib.AsyncExitStack() as stack:
+        for manager in managers:
+            await stack.enter_async_context(manager.run())
+        yield
+
+
+def _streams_progress(ctx: Any) -> bool:
+    """Whether this request asked for progress and came to the SDK's event-stream face
+    (see :class:`~.front.GatewayFront`): only then can a report reach its client."""
+    request = getattr(ctx, "request", None)
+    meta = (ctx.params or {}).get("_meta") if isinstance(ctx.params, Mapping) else None
+    return (request is not None and bool(request.scope.get(STREAMS)) and isinstance(meta, Mapping)
+            and meta.get("progressToken") is not None)
+
+
+@contextlib.asynccontextmanager
+async def _reporting_to(session: Any) -> AsyncIterator[Any]:
+    """A progress sink (callable from any thread) whose reports go, in order, to the SDK's
+    ``session`` as ``notifications/progress`` of the request it serves."""
+    loop = asyncio.get_running_loop()
+    reports: asyncio.Queue[tuple[float, float | None, str | None] | None] = asyncio.Queue()
+
+    async def pump() -> None:
+        while (report := await reports.get()) is not None:
+            await session.report_progress(*report)
+
+    pumping = asyncio.ensure_future(pump())
+    try:
+        yield lambda *report: loop.call_soon_threadsafe(reports.put_nowait, report)
+    finally:
+        reports.put_nowait(None)  # after every report made so far (each was queued first)
+        try:
+            await asyncio.wait_for(pumping, PUMP_DRAIN_S)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a client too slow to read: its result goes on
+            pumping.cancel()
+
+
+PUMP_DRAIN_S = 10.0
+"""How long a call's last reports may take to reach its client before its result is sent."""
 
 
 _HEADER_SCHEMAS: dict[int, tuple[Any, Mapping[str, Any] | None]] = {}
