@@ -236,7 +236,8 @@ def _serve(args: argparse.Namespace) -> int:
         registry.approvals(policy=args.approvals).result(120)
         config = GatewayConfig(name, logs=args.logs, tokens=tokens, allowed_hosts=hosts)
         try:
-            url = serve_mcp(config, host=args.host, port=args.port, num_replicas=args.replicas, ingress=args.ingress)
+            url = serve_mcp(config, host=args.host, port=args.port, num_replicas=args.replicas, ingress=args.ingress,
+                            max_replicas_per_node=args.max_replicas_per_node)
         except OSError as exc:  # the port is taken
             print(f"dsh-actors serve: {_one_line(exc)}", file=sys.stderr)
             return 2
@@ -340,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="where the gateway listens (default: loopback)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--replicas", type=int, default=1, help="gateway replicas (each answers any request)")
+    serve.add_argument("--max-replicas-per-node", type=int, default=None, metavar="N",
+                       help="at most N replicas on one node (1: one per node)")
     serve.add_argument("--ingress", choices=["direct", "proxy"], default="direct",
                        help="direct: each replica listens on --port of its node itself (the default: the least CPU "
                             "per call); proxy: through Serve's HTTP proxy (ports shared by several gateways, "

@@ -36,15 +36,18 @@ of the proxy and the replicas took more CPU than the calls; the session logs rec
 
 
 def gateway_application(config: GatewayConfig, *, num_replicas: int = 1, ingress: str = "direct",
-                        host: str = "127.0.0.1", port: int = 8000) -> Any:
+                        host: str = "127.0.0.1", port: int = 8000, max_replicas_per_node: int | None = None) -> Any:
     """The Serve application (not yet running) serving ``config``'s registry; with
-    ``ingress="direct"`` each replica listens on ``host:port`` of its node."""
+    ``ingress="direct"`` each replica listens on ``host:port`` of its node.
+    ``max_replicas_per_node``: at most that many on one node (1: one per node)."""
     from ray import serve
 
     if ingress not in INGRESS:
         raise ValueError(f"ingress must be one of {INGRESS}, not {ingress!r}")
-    options = dict(name="McpGateway", num_replicas=num_replicas, ray_actor_options={"num_cpus": 0},
-                   max_ongoing_requests=1000, logging_config=LOGGING)
+    options: dict[str, Any] = dict(name="McpGateway", num_replicas=num_replicas, ray_actor_options={"num_cpus": 0},
+                                   max_ongoing_requests=1000, logging_config=LOGGING)
+    if max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = max_replicas_per_node
     if ingress == "proxy":
         @serve.deployment(**options)
         @serve.ingress(lambda: gateway_app(config))
@@ -74,7 +77,8 @@ def gateway_application(config: GatewayConfig, *, num_replicas: int = 1, ingress
 
 
 def serve_mcp(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 8000, num_replicas: int = 1,
-              route_prefix: str = "/", name: str = APPLICATION, ingress: str = "direct") -> str:
+              route_prefix: str = "/", name: str = APPLICATION, ingress: str = "direct",
+              max_replicas_per_node: int | None = None) -> str:
     """Deploy the gateway (blocking until its replicas are up); the URL template of an
     agent's endpoint, ``http://HOST:PORT/agents/{agent}/mcp``.
 
@@ -82,7 +86,8 @@ def serve_mcp(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 800
     other process of this node may hold; ``route_prefix`` does not apply). ``"proxy"``:
     ``host`` and ``port`` are where Serve's proxy listens when this starts Serve (one
     already running keeps its own), and several gateways (one per registry, say) share it,
-    each its own application ``name`` under its own ``route_prefix``."""
+    each its own application ``name`` under its own ``route_prefix``. ``max_replicas_per_node``:
+    at most that many replicas on one node (1 spreads them one per node)."""
     from ray import serve
 
     if ingress not in INGRESS:
@@ -97,12 +102,12 @@ def serve_mcp(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 800
                           "own (another gateway, or Serve's proxy, holds this one)")
         if not serve_running():
             serve.start(proxy_location="Disabled", logging_config=LOGGING)
-        serve.run(gateway_application(config, num_replicas=num_replicas, host=host, port=port), name=name,
-                  route_prefix=None)
+        serve.run(gateway_application(config, num_replicas=num_replicas, host=host, port=port,
+                                      max_replicas_per_node=max_replicas_per_node), name=name, route_prefix=None)
         return f"http://{_url_host(host)}:{port}{AGENT_PATH}"
     serve.start(http_options={"host": host, "port": port}, logging_config=LOGGING)
-    serve.run(gateway_application(config, num_replicas=num_replicas, ingress="proxy"), name=name,
-              route_prefix=route_prefix)
+    serve.run(gateway_application(config, num_replicas=num_replicas, ingress="proxy",
+                                  max_replicas_per_node=max_replicas_per_node), name=name, route_prefix=route_prefix)
     prefix = route_prefix.rstrip("/")
     return f"http://{_url_host(host)}:{port}{prefix}{AGENT_PATH}"
 

@@ -8,7 +8,10 @@ on the node of the replica that took that call, its workspace the agent's folder
 bounds of ``limits`` (:class:`~dsh_actors.envs.EnvSpec`'s sizes). Every later call of the
 agent uses that one, from any replica: on that node directly, from another node through
 that node's environment host. Replicas of one node that both start it at once share one
-(the host starts it under a lock).
+(the host starts it under a lock); replicas of several nodes share one too: the node that
+starts it is claimed first in the cluster's KV store, and a replica elsewhere waits for
+that node's host to run it (it starts one itself only if that node is gone, or has not
+started it within :data:`CLAIM_WAIT_S`).
 
 The environment belongs to the gateway's registry, not to the replica that started it: a
 replica that dies takes none with it, and when the registry ends (``dsh-actors serve``
@@ -28,7 +31,12 @@ from ..runtime.local import this_node
 from ..runtime.wire import DEFAULT_NAMESPACE, agent_session
 from ..tools.workspace import AgentWorkspaces
 
-__all__ = ["GatewayEnvironments"]
+__all__ = ["CLAIM_WAIT_S", "GatewayEnvironments"]
+
+CLAIM_WAIT_S = 60.0
+"""How long a replica waits for the node that claimed an agent's environment to start it."""
+CLAIM_POLL_S = 0.2
+_KV_NAMESPACE = "dsh_actors"
 
 
 class GatewayEnvironments(AgentEnvironments):
@@ -64,33 +72,46 @@ class GatewayEnvironments(AgentEnvironments):
                 if stale is not None and (hosted is None or stale is not hosted[0]):
                     raise  # the one this call used is gone: the call says so (as an episode's does)
             self._elsewhere.pop(env_id, None)
-            found = await self._running_elsewhere(env_id)
+            workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
+            starter = await self._owner()
+            claim = _Claim(self.namespace, self.registry, starter[1], env_id)
+            node = await claim.take()
+            found = await self._running_elsewhere(env_id, node, wait_s=CLAIM_WAIT_S if node != this_node() else 0)
             if found is not None:
-                node, workspace = found
-                hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), workspace)
+                node, where = found
+                hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
                 return hosted
-            await self._start(ctx, agent)
+            if node != this_node():
+                await claim.take(over=node)  # its claimant is gone, or never started it
+            try:
+                # Its root holds the host's system and this folder alone: the other agents'
+                # folders are not in it (nothing to hide; hiding their parent would hide this one too).
+                spec = EnvSpec(workspace=str(workspace.root), **self.limits)
+                await start_environment(agent_session(self.sessions, agent), spec, starter=starter, reuse=True)
+            except BaseException:
+                await claim.drop()
+                raise
             return await super().environment(ctx)
 
-    async def _running_elsewhere(self, env_id: str) -> tuple[str, str] | None:
-        """Another node whose host runs ``env_id``, and its workspace there, if one does."""
+    async def _running_elsewhere(self, env_id: str, claimant: str | None = None,
+                                 wait_s: float = 0.0) -> tuple[str, str] | None:
+        """Another node whose host runs ``env_id``, and its workspace there, if one does;
+        ``wait_s``: how long to wait for ``claimant``'s host to start it."""
         here = this_node()
-        for node in await asyncio.to_thread(ray.nodes):
-            if node.get("Alive") and node["NodeID"] != here:
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            alive = [node["NodeID"] for node in await asyncio.to_thread(ray.nodes)
+                     if node.get("Alive") and node["NodeID"] != here]
+            for node in alive:
                 try:
-                    found = await _ask_host(node["NodeID"], self.namespace, "address", env_id)
+                    found = await _ask_host(node, self.namespace, "address", env_id)
                 except Exception:  # noqa: BLE001 - a node whose host cannot answer runs nothing we can use
                     continue
                 if found is not None:
-                    return node["NodeID"], found[1]
-        return None
-
-    async def _start(self, ctx: Any, agent: str) -> None:
-        workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
-        # Its root holds the host's system and this folder alone: the other agents' folders
-        # are not in it (nothing to hide; hiding their parent would hide this one too).
-        spec = EnvSpec(workspace=str(workspace.root), **self.limits)
-        await start_environment(agent_session(self.sessions, agent), spec, starter=await self._owner(), reuse=True)
+                    return node, found[1]
+            if claimant not in alive or asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(CLAIM_POLL_S)
 
     async def _owner(self) -> tuple[Any, str]:
         """The registry's actor and its process's incarnation: the environments end with it."""
@@ -99,3 +120,32 @@ class GatewayEnvironments(AgentEnvironments):
 
         handle = await owner(self.registry, self.namespace).link.actor_async()
         return handle, await handle.__ray_call__.remote(_incarnation)
+
+
+class _Claim:
+    """Which node starts one agent's environment, for one incarnation of the registry: the
+    first to claim it in the cluster's KV store (a later incarnation claims afresh)."""
+
+    def __init__(self, namespace: str, registry: str, incarnation: str, env_id: str) -> None:
+        self.key = f"gateway-env/{namespace}/{registry}/{incarnation}/{env_id}".encode()
+
+    async def take(self, over: str | None = None) -> str:
+        """Claim it for this node (``over``: in place of that claimant); the claimant now."""
+        from ray.experimental import internal_kv
+
+        def claim() -> str:
+            here = this_node() or ""
+            if over is not None and internal_kv._internal_kv_get(self.key, namespace=_KV_NAMESPACE) == over.encode():
+                internal_kv._internal_kv_del(self.key, namespace=_KV_NAMESPACE)
+            if not internal_kv._internal_kv_put(self.key, here.encode(), overwrite=False, namespace=_KV_NAMESPACE):
+                return here
+            held = internal_kv._internal_kv_get(self.key, namespace=_KV_NAMESPACE)
+            return held.decode() if held else here
+
+        return await asyncio.to_thread(claim)
+
+    async def drop(self) -> None:
+        """Give the claim up (this node could not start it: the next call claims afresh)."""
+        from ray.experimental import internal_kv
+
+        await asyncio.to_thread(internal_kv._internal_kv_del, self.key, namespace=_KV_NAMESPACE)
