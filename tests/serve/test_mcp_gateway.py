@@ -461,6 +461,33 @@ def test_a_client_that_asks_for_progress_hears_each_report_of_the_body_then_its_
     assert json.loads(results["unheard"].content[0].text) == [False, False, False]
 
 
+@pytest.mark.parametrize("client", ["answers asks", "legacy revision"])
+def test_progress_reaches_a_client_whose_calls_the_sdk_answers(gateway, client):
+    """A client the front leaves to the SDK — one that answers asks (its calls may become
+    questions), or one of an older protocol revision — hears the body's reports as well,
+    through the SDK's event-stream face, and gets the same result."""
+    from mcp import Client
+
+    _, _, url, _ = gateway
+    options = {"elicitation_callback": _answering(True)[0]} if client == "answers asks" else {"mode": "legacy"}
+
+    async def call():
+        heard = []
+
+        async def note(progress, total, message):
+            heard.append((progress, total, message))
+
+        async with Client(url.format(agent="watcher"), **options) as session:
+            result = await session.call_tool("steps", {}, progress_callback=note)
+            unheard = await session.call_tool("steps", {})
+        return heard, result, unheard
+
+    heard, result, unheard = asyncio.run(call())
+    assert heard == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "from a thread")]
+    assert json.loads(result.content[0].text) == [True, True, True]
+    assert json.loads(unheard.content[0].text) == [False, False, False]
+
+
 def test_a_client_that_gives_up_on_a_call_aborts_it_through_its_signal(gateway):
     from mcp import Client
     from mcp.shared.exceptions import MCPError
@@ -744,3 +771,53 @@ def test_each_agent_works_in_an_environment_of_its_own_started_at_its_first_call
     while _environments_running(env_ids) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _environments_running(env_ids)  # ended with the registry
+
+
+def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_both_use(gateway, tmp_path):
+    """Replicas on the session's two nodes take an agent's very first calls at the same
+    moment: one node claims its environment and starts it, the other's replica waits for it
+    and uses it through that node's host — every call runs in that one environment (its
+    private /tmp sees every call's line), and one node's host holds it."""
+    from mcp import Client
+
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+    from dsh_actors.serve.environments import GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces, reference_tools
+
+    (tmp_path / "cat").mkdir()
+    walled = ToolRegistry.connect(f"mcp-nodes-{uuid.uuid4().hex[:8]}")
+    env_id = env_id_of(f"{walled.name}/cat")
+    try:
+        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
+            walled.register(definition).result(T)
+        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-nodes", num_replicas=2,
+                           max_replicas_per_node=1)
+        _replicas_running(served)
+
+        async def bash(command):
+            async with Client(served.format(agent="cat")) as client:
+                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
+            return result.is_error, "\n".join(block.text for block in result.content)
+
+        async def first_calls():  # twelve connections at once: the kernel spreads them over both replicas
+            return await asyncio.gather(*(bash(f"echo call-{k} >> /tmp/calls") for k in range(12)))
+
+        firsts = asyncio.run(first_calls())
+        assert not [out for failed, out in firsts if failed], firsts
+        failed, lines = asyncio.run(bash("sort /tmp/calls"))
+        assert not failed and lines.split() == sorted(f"call-{k}" for k in range(12)), lines
+        holders = []
+        for node in ray.nodes():
+            if node["Alive"]:
+                try:
+                    host = ray.get_actor(env_host_name(node["NodeID"]), namespace=DEFAULT_NAMESPACE)
+                except ValueError:
+                    continue
+                if env_id in ray.get(host.running.remote(), timeout=T):
+                    holders.append(node["NodeID"])
+        assert len(holders) == 1, holders
+    finally:
+        stop_mcp(name="dsh-mcp-nodes")
+        walled.shutdown()
