@@ -205,7 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
     name = args.registry or f"mcp-{uuid.uuid4().hex[:8]}"
     places: Any = AgentWorkspaces(args.workspaces) if args.workspaces else None
     if places is not None and args.environments == "native":  # each agent's tools act in its environment
-        places = GatewayEnvironments(places, name)
+        places = GatewayEnvironments(places, name, idle_s=args.idle_end)
     try:
         definitions = list(reference_tools(places)) if args.reference_tools else []
         definitions += [d for spec in args.tools for d in load_tools(spec, places)]
@@ -327,8 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="serve bash, read_file, write_file and edit_file too, each agent in its workspace")
     serve.add_argument("--environments", choices=["native", "host"], default="native",
                        help="native (default): each agent's tools act in an isolated environment of its own, "
-                            "started at its first call, ended with the gateway; host: on the host in its "
+                            "started at its first call, ended with the gateway (or --idle-end); host: on the host in its "
                             "workspace, with no walls (only for commands you trust)")
+    serve.add_argument("--idle-end", type=float, default=None, metavar="SECONDS",
+                       help="end an agent's environment no call used for SECONDS (its next call starts a new "
+                            "one; set it above the longest command's timeout). Default: they end with the gateway")
     serve.add_argument("--policies", default="", metavar="NAME,...",
                        help="named policies for every agent's calls, in order, as an episode's \"policies\" "
                             "(deny-destructive, redact-secrets, ask-writes, timeout, retry, fleet-limit:TOOL=N)")

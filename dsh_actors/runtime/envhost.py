@@ -11,7 +11,9 @@ it directly — a command costs no hop through the host.
 An environment ends with its episode, and also when whoever started it is gone: the host
 checks every few seconds that each environment's starter (a runner) still runs, and ends
 those of dead ones — a runner killed mid-episode, a killed driver's runners — so nothing of
-theirs is left on the node. Starting an environment under an id that is in use (an episode
+theirs is left on the node. One started with an idle limit (the MCP gateway's agents, who
+have no episode to end) also ends once nobody touched it (:meth:`EnvHostService.touch`) for
+that long. Starting an environment under an id that is in use (an episode
 run again) ends the old one first: a rerun never shares its workspace with its dead attempt.
 """
 
@@ -46,6 +48,9 @@ __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService",
 
 log = logging.getLogger("dsh_actors.runtime")
 
+KV_NAMESPACE = "dsh_actors"
+"""The cluster KV store's namespace of this package's keys."""
+
 ENV_HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
                                     "lifetime": "detached", "max_concurrency": 10_000}
 """Detached (it serves every job on its node, whoever made it first), restarted by Ray (its
@@ -72,6 +77,7 @@ class EnvHostService:
         self._make_backend = make_backend
         self._backend: Any = None
         self._envs: dict[str, tuple[Environment, tuple[Any, str] | None, str]] = {}  # id -> (env, starter, workspace)
+        self._idle: dict[str, list[Any]] = {}  # id -> [idle limit (s), last touched (monotonic), release key]
         self._starting: dict[str, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._made: set[str] = set()  # workspaces made for processes of other nodes
@@ -81,30 +87,45 @@ class EnvHostService:
             self._backend = self._make_backend()  # its warm parent starts on first use
         return self._backend
 
-    async def start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None) -> Any:
+    async def start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None,
+                    idle_s: float | None = None, release: bytes | None = None) -> Any:
         """Start environment ``env_id`` (one in use under that id is ended first); its
         address, for :func:`connect`. ``starter`` names the process whose environment it
-        is: it ends when that process is gone."""
+        is: it ends when that process is gone. ``idle_s``: it also ends once nobody touched
+        it for that long. ``release``: a key of the cluster's KV store deleted when it ends
+        (a claim naming it)."""
         async with self._starting.setdefault(env_id, asyncio.Lock()):
-            return await self._start(env_id, spec, starter)
+            return await self._start(env_id, spec, starter, idle_s, release)
 
-    async def start_unless_running(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None) -> Any:
+    async def start_unless_running(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None = None,
+                                   idle_s: float | None = None, release: bytes | None = None) -> Any:
         """Environment ``env_id``'s address: the one running under that id, else one
         started now (:meth:`start`). Callers that start an environment on first use, from
         several processes at once, share one."""
         async with self._starting.setdefault(env_id, asyncio.Lock()):
             held = self._envs.get(env_id)
             if held is not None:
+                self.touch(env_id)
                 return held[0].address  # type: ignore[attr-defined]
-            return await self._start(env_id, spec, starter)
+            return await self._start(env_id, spec, starter, idle_s, release)
 
-    async def _start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None) -> Any:
+    async def _start(self, env_id: str, spec: EnvSpec, starter: tuple[Any, str] | None, idle_s: float | None,
+                     release: bytes | None) -> Any:
         await self.end(env_id)
         env = await self._backend_here().start(env_id, spec)
         self._envs[env_id] = (env, starter, spec.workspace)
+        if idle_s is not None or release is not None:
+            self._idle[env_id] = [idle_s, asyncio.get_running_loop().time(), release]
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.ensure_future(self._sweep())
         return env.address  # type: ignore[attr-defined]
+
+    def touch(self, env_id: str) -> bool:
+        """Someone uses environment ``env_id`` now (its idle time starts again); whether it runs."""
+        idle = self._idle.get(env_id)
+        if idle is not None:
+            idle[1] = asyncio.get_running_loop().time()
+        return env_id in self._envs
 
     def address(self, env_id: str) -> tuple[Any, str] | None:
         """Environment ``env_id``'s address (for :func:`connect`) and workspace, or ``None``."""
@@ -114,12 +135,17 @@ class EnvHostService:
     async def end(self, env_id: str) -> bool:
         """End environment ``env_id`` (whether one was running)."""
         held = self._envs.pop(env_id, None)
+        idle = self._idle.pop(env_id, None)
         if held is None:
             return False
         try:
             await held[0].end()
         except Exception as exc:  # noqa: BLE001 - it is gone either way; say why it did not end cleanly
             log.warning("environment %s did not end cleanly: %s", env_id, exc)
+        if idle is not None and idle[2] is not None:
+            from ray.experimental import internal_kv
+
+            await asyncio.to_thread(internal_kv._internal_kv_del, idle[2], namespace=KV_NAMESPACE)
         return True
 
     def running(self) -> list[str]:
@@ -158,9 +184,14 @@ class EnvHostService:
         return held[0]
 
     async def _sweep(self) -> None:
-        """While environments run: end those whose starters died."""
+        """While environments run: end those whose starters died, and those idle too long."""
         while self._envs:
             await asyncio.sleep(CHECK_S)
+            now = asyncio.get_running_loop().time()
+            for env_id, (idle_s, touched, _) in list(self._idle.items()):
+                if idle_s is not None and now - touched > idle_s:
+                    log.info("environment %s: untouched for %.0f s; ended", env_id, now - touched)
+                    await self.end(env_id)
             starters = {_starter_key(starter): starter[0] for _, starter, _ in self._envs.values() if starter}
             gone = {key for key, handle in starters.items() if not await still_there(handle, key[1])}
             for env_id, (_, starter, _) in list(self._envs.items()):
@@ -244,18 +275,20 @@ async def _ask_host(node: str, namespace: str, method: str, *args: Any) -> Any:
 
 
 async def start_environment(session_id: str, spec: EnvSpec, node: str | None = None, *,
-                            starter: tuple[Any, str] | None = None, reuse: bool = False) -> str:
+                            starter: tuple[Any, str] | None = None, reuse: bool = False,
+                            idle_s: float | None = None, release: bytes | None = None) -> str:
     """Start the environment of the agent whose session id is ``session_id``, on ``node``
     (default: this process's), owned by ``starter`` (default: this process; it ends when
     its owner is gone); its id. ``reuse``: one already running under that id is kept (and
-    its id returned), where by default it is ended first (an episode run again)."""
+    its id returned), where by default it is ended first (an episode run again).
+    ``idle_s`` and ``release``: see :meth:`EnvHostService.start`."""
     node = node or this_node()
     if node is None:
         raise EnvironmentStartError("an episode environment is started on a Ray node; this process is not on one")
     env_id = env_id_of(session_id)
     try:
         await _ask_host(node, DEFAULT_NAMESPACE, "start_unless_running" if reuse else "start", env_id, spec,
-                        starter or requester())
+                        starter or requester(), idle_s, release)
     except ray.exceptions.RayTaskError as exc:
         cause = _raised_there(exc)
         if isinstance(cause, EnvironmentUnavailableError):

@@ -16,17 +16,24 @@ started it within :data:`CLAIM_WAIT_S`).
 The environment belongs to the gateway's registry, not to the replica that started it: a
 replica that dies takes none with it, and when the registry ends (``dsh-actors serve``
 stopped) the host ends its environments within seconds, every process in them killed.
+With ``idle_s``, one that no call used for that long ends too (its processes and its
+``/tmp`` with it; the agent's folder stays), and the agent's next call starts a new one.
+Each replica tells the host an environment is used when a call starts using it and when
+it is done with it (at most once every quarter of ``idle_s`` each), so a call still
+running is not idle only if ``idle_s`` exceeds its command's timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+import math
+from typing import Any, Awaitable, Callable, Mapping
 
 import ray
 
 from ..envs.contract import EnvironmentGoneError, EnvSpec, Environment
-from ..runtime.envhost import AgentEnvironments, HostedEnvironment, _ask_host, env_id_of, start_environment
+from ..runtime.envhost import (KV_NAMESPACE, AgentEnvironments, HostedEnvironment, _ask_host, env_id_of,
+                               start_environment)
 from ..runtime.local import this_node
 from ..runtime.wire import DEFAULT_NAMESPACE, agent_session
 from ..tools.workspace import AgentWorkspaces
@@ -36,7 +43,6 @@ __all__ = ["CLAIM_WAIT_S", "GatewayEnvironments"]
 CLAIM_WAIT_S = 60.0
 """How long a replica waits for the node that claimed an agent's environment to start it."""
 CLAIM_POLL_S = 0.2
-_KV_NAMESPACE = "dsh_actors"
 
 
 class GatewayEnvironments(AgentEnvironments):
@@ -45,15 +51,41 @@ class GatewayEnvironments(AgentEnvironments):
     ``processes``, ``egress``, ...)."""
 
     def __init__(self, workspaces: AgentWorkspaces, registry: str, namespace: str = DEFAULT_NAMESPACE,
-                 limits: Mapping[str, Any] | None = None) -> None:
+                 limits: Mapping[str, Any] | None = None, idle_s: float | None = None) -> None:
         super().__init__(workspaces, sessions=registry, namespace=namespace)
         self.registry, self.limits = registry, dict(limits or {})
         EnvSpec(workspace="/", **self.limits)  # bad limits fail here, where they were given
+        if idle_s is not None and not (isinstance(idle_s, (int, float)) and idle_s > 0):
+            raise ValueError(f"idle_s must be a positive number of seconds, not {idle_s!r}")
+        self.idle_s = idle_s
         self._elsewhere: dict[str, tuple[HostedEnvironment, str]] = {}  # env id -> (client, its workspace)
         self._starting: dict[str, asyncio.Lock] = {}
+        self._touched: dict[str, float] = {}  # env id -> when this process last told its host it is used
+        self._telling: set[asyncio.Task[Any]] = set()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (GatewayEnvironments, (self.workspaces, self.registry, self.namespace, self.limits))
+        return (GatewayEnvironments, (self.workspaces, self.registry, self.namespace, self.limits, self.idle_s))
+
+    async def place(self, ctx: Any) -> Any:
+        """The call's place (see :class:`~dsh_actors.runtime.envhost.AgentEnvironments`), which
+        tells the environment's host it is used when the call is done with it too."""
+        place = await super().place(ctx)
+        if self.idle_s is None:
+            return place
+        return _Touching(place, lambda: self._touch(env_id_of(agent_session(self.sessions, ctx.agent))))
+
+    def _touch(self, env_id: str) -> None:
+        """Tell the environment's host it is used (at most once a quarter of ``idle_s``)."""
+        now = asyncio.get_running_loop().time()
+        if self.idle_s is None or now - self._touched.get(env_id, -math.inf) < self.idle_s / 4:
+            return
+        self._touched[env_id] = now
+        hosted = self._elsewhere.get(env_id)
+        node = hosted[0].node if hosted is not None else this_node()
+        if node is not None:
+            telling = asyncio.ensure_future(_ask_host(node, self.namespace, "touch", env_id))
+            self._telling.add(telling)
+            telling.add_done_callback(self._telling.discard)
 
     async def environment(self, ctx: Any, stale: Any = None) -> tuple[Environment, str]:
         """The call's agent's environment: the one running (here or on another node), or
@@ -62,6 +94,32 @@ class GatewayEnvironments(AgentEnvironments):
         if not isinstance(agent, str) or not agent:
             return await super().environment(ctx, stale)  # says a call needs an agent
         env_id = env_id_of(agent_session(self.sessions, agent))
+        if stale is None:
+            await self._unless_ended_idle(env_id)
+        found = await self._environment(ctx, agent, env_id, stale)
+        self._touch(env_id)
+        return found
+
+    async def _unless_ended_idle(self, env_id: str) -> None:
+        """Forget the client of an environment this process has not used for ``idle_s``
+        if its host ended it meanwhile, so the call starts a new one (the old client would
+        fail it as gone)."""
+        touched = self._touched.get(env_id)
+        now = asyncio.get_running_loop().time()
+        if self.idle_s is None or touched is None or now - touched <= self.idle_s:
+            return
+        hosted = self._elsewhere.get(env_id)
+        node = hosted[0].node if hosted is not None else this_node()
+        self._touched[env_id] = now
+        try:
+            running = node is not None and await _ask_host(node, self.namespace, "touch", env_id)
+        except Exception:  # noqa: BLE001 - its host is gone: so is the environment
+            running = False
+        if not running:
+            self._elsewhere.pop(env_id, None)
+            self._clients.pop(env_id, None)
+
+    async def _environment(self, ctx: Any, agent: str, env_id: str, stale: Any) -> tuple[Environment, str]:
         hosted = self._elsewhere.get(env_id)
         if hosted is not None and hosted[0] is not stale:
             return hosted
@@ -87,7 +145,9 @@ class GatewayEnvironments(AgentEnvironments):
                 # Its root holds the host's system and this folder alone: the other agents'
                 # folders are not in it (nothing to hide; hiding their parent would hide this one too).
                 spec = EnvSpec(workspace=str(workspace.root), **self.limits)
-                await start_environment(agent_session(self.sessions, agent), spec, starter=starter, reuse=True)
+                await start_environment(agent_session(self.sessions, agent), spec, starter=starter, reuse=True,
+                                        idle_s=self.idle_s, release=claim.key)
+                self._touched[env_id] = asyncio.get_running_loop().time()  # (started now: touched)
             except BaseException:
                 await claim.drop()
                 raise
@@ -135,11 +195,11 @@ class _Claim:
 
         def claim() -> str:
             here = this_node() or ""
-            if over is not None and internal_kv._internal_kv_get(self.key, namespace=_KV_NAMESPACE) == over.encode():
-                internal_kv._internal_kv_del(self.key, namespace=_KV_NAMESPACE)
-            if not internal_kv._internal_kv_put(self.key, here.encode(), overwrite=False, namespace=_KV_NAMESPACE):
+            if over is not None and internal_kv._internal_kv_get(self.key, namespace=KV_NAMESPACE) == over.encode():
+                internal_kv._internal_kv_del(self.key, namespace=KV_NAMESPACE)
+            if not internal_kv._internal_kv_put(self.key, here.encode(), overwrite=False, namespace=KV_NAMESPACE):
                 return here
-            held = internal_kv._internal_kv_get(self.key, namespace=_KV_NAMESPACE)
+            held = internal_kv._internal_kv_get(self.key, namespace=KV_NAMESPACE)
             return held.decode() if held else here
 
         return await asyncio.to_thread(claim)
@@ -148,4 +208,28 @@ class _Claim:
         """Give the claim up (this node could not start it: the next call claims afresh)."""
         from ray.experimental import internal_kv
 
-        await asyncio.to_thread(internal_kv._internal_kv_del, self.key, namespace=_KV_NAMESPACE)
+        await asyncio.to_thread(internal_kv._internal_kv_del, self.key, namespace=KV_NAMESPACE)
+
+
+class _Touching:
+    """A call's place that calls ``touch`` when each of its actions ends."""
+
+    def __init__(self, place: Any, touch: Callable[[], None]) -> None:
+        self._place, self._touch = place, touch
+        self.root = place.root
+
+    async def _then_touch(self, action: Awaitable[Any]) -> Any:
+        try:
+            return await action
+        finally:
+            self._touch()
+
+    async def read(self, path: str, limit: int) -> bytes | None:
+        return await self._then_touch(self._place.read(path, limit))  # type: ignore[no-any-return]
+
+    async def write(self, path: str, data: bytes) -> None:
+        await self._then_touch(self._place.write(path, data))
+
+    async def run(self, command: str, *, timeout_s: float, max_output: int, signal: Any = None) -> Any:
+        return await self._then_touch(self._place.run(command, timeout_s=timeout_s, max_output=max_output,
+                                                      signal=signal))

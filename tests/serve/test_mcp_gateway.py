@@ -821,3 +821,50 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
     finally:
         stop_mcp(name="dsh-mcp-nodes")
         walled.shutdown()
+
+
+def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_starts_a_new_one(gateway, tmp_path):
+    """With ``idle_s``, an agent's environment lives on while calls keep using it (past the
+    limit in all), ends once none did for that long (its processes and private /tmp with
+    it), and the agent's next call gets a new one, its folder on the host kept."""
+    from mcp import Client
+
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+    from dsh_actors.serve.environments import GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces, reference_tools
+
+    idle_s = 4.0
+    (tmp_path / "dot").mkdir()
+    walled = ToolRegistry.connect(f"mcp-idle-{uuid.uuid4().hex[:8]}")
+    env_id = env_id_of(f"{walled.name}/dot")
+    try:
+        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name, idle_s=idle_s)):
+            walled.register(definition).result(T)
+        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-idle")
+
+        async def bash(command):
+            async with Client(served.format(agent="dot")) as client:
+                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
+            assert not result.is_error, result
+            return result.content[0].text.strip()
+
+        async def busy():  # a call every second, twice the limit in all
+            await bash("echo kept > /tmp/mark; echo kept > made.txt")
+            started = time.monotonic()
+            while time.monotonic() - started < 2 * idle_s:
+                assert await bash("cat /tmp/mark") == "kept"
+                await asyncio.sleep(1)
+
+        asyncio.run(busy())
+        assert _environments_running([env_id]) == {env_id}  # used all along: still the first one
+        deadline = time.monotonic() + T
+        while _environments_running([env_id]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _environments_running([env_id]), "the idle environment did not end"
+        again = asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt"))
+        assert again.split() == ["fresh", "kept"]  # a new environment, the same folder
+        assert _environments_running([env_id]) == {env_id}
+    finally:
+        stop_mcp(name="dsh-mcp-idle")
+        walled.shutdown()
