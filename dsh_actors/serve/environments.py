@@ -133,7 +133,8 @@ class GatewayEnvironments(AgentEnvironments):
             workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
             starter = await self._owner()
             claim = _Claim(self.namespace, self.registry, starter[1], env_id)
-            node = await claim.take()
+            # (one gone on another node: its claim goes with it, else nobody starts another)
+            node = await claim.take(over=hosted[0].node if hosted is not None and stale is hosted[0] else None)
             found = await self._running_elsewhere(env_id, node, wait_s=CLAIM_WAIT_S if node != this_node() else 0)
             if found is not None:
                 node, where = found

@@ -710,18 +710,25 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
         coded.shutdown()
 
 
-def _environments_running(env_ids):
-    """Which of ``env_ids`` the environment hosts of the cluster's nodes hold now."""
+def _env_hosts():
+    """The environment hosts of the cluster's alive nodes (those made so far)."""
     from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
 
-    running = set()
+    hosts = []
     for node in ray.nodes():
         if node["Alive"]:
             try:
-                host = ray.get_actor(env_host_name(node["NodeID"]), namespace=DEFAULT_NAMESPACE)
+                hosts.append(ray.get_actor(env_host_name(node["NodeID"]), namespace=DEFAULT_NAMESPACE))
             except ValueError:
                 continue  # no host made on that node
-            running |= set(ray.get(host.running.remote(), timeout=T))
+    return hosts
+
+
+def _environments_running(env_ids):
+    """Which of ``env_ids`` the environment hosts of the cluster's nodes hold now."""
+    running = set()
+    for host in _env_hosts():
+        running |= set(ray.get(host.running.remote(), timeout=T))
     return running & set(env_ids)
 
 
@@ -781,7 +788,6 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
     from mcp import Client
 
     from dsh_actors.runtime.envhost import env_id_of
-    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
     from dsh_actors.serve.environments import GatewayEnvironments
     from dsh_actors.tools import AgentWorkspaces, reference_tools
@@ -808,15 +814,7 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
         assert not [out for failed, out in firsts if failed], firsts
         failed, lines = asyncio.run(bash("sort /tmp/calls"))
         assert not failed and lines.split() == sorted(f"call-{k}" for k in range(12)), lines
-        holders = []
-        for node in ray.nodes():
-            if node["Alive"]:
-                try:
-                    host = ray.get_actor(env_host_name(node["NodeID"]), namespace=DEFAULT_NAMESPACE)
-                except ValueError:
-                    continue
-                if env_id in ray.get(host.running.remote(), timeout=T):
-                    holders.append(node["NodeID"])
+        holders = [host for host in _env_hosts() if env_id in ray.get(host.running.remote(), timeout=T)]
         assert len(holders) == 1, holders
     finally:
         stop_mcp(name="dsh-mcp-nodes")
@@ -867,4 +865,59 @@ def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_s
         assert _environments_running([env_id]) == {env_id}
     finally:
         stop_mcp(name="dsh-mcp-idle")
+        walled.shutdown()
+
+
+def _sleepers(marker):
+    """The processes of this machine whose command line is ``sleep <marker>`` (from /proc)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the_next_call_gets_a_new_one(
+        gateway, tmp_path):
+    """SIGKILL the node's environment host while an agent's environment runs a process: that
+    process dies with it (seen from /proc), at most the agent's next call fails ``ENV_GONE``,
+    and the call after gets a new environment (its folder on the host kept)."""
+    from mcp import Client
+
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
+    from dsh_actors.serve.environments import GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces, reference_tools
+
+    marker = str(3000 + os.getpid() % 1000)
+    (tmp_path / "eve").mkdir()
+    walled = ToolRegistry.connect(f"mcp-host-{uuid.uuid4().hex[:8]}")
+    try:
+        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
+            walled.register(definition).result(T)
+        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-host")
+
+        async def bash(command):
+            async with Client(served.format(agent="eve")) as client:
+                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
+            return result.meta["dsh"].get("error", {}).get("code"), result.content[0].text.strip()
+
+        assert asyncio.run(bash(f"echo kept > made.txt; echo old > /tmp/mark; nohup sleep {marker} >/dev/null 2>&1 &"
+                                " echo started")) == (None, "started")
+        assert len(_sleepers(marker)) == 1
+        [host] = [h for h in _env_hosts() if env_id_of(f"{walled.name}/eve") in ray.get(h.running.remote(), timeout=T)]
+        os.kill(ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T), signal.SIGKILL)
+        deadline = time.monotonic() + T
+        while _sleepers(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _sleepers(marker)  # the environment's process died with its host
+        first = asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt"))
+        assert first in ((None, "fresh\nkept"), ) or first[0] == "ENV_GONE", first
+        assert asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt")) == (None, "fresh\nkept")
+    finally:
+        stop_mcp(name="dsh-mcp-host")
         walled.shutdown()
