@@ -26,6 +26,7 @@ from .core.errors import (
     error_result,
 )
 from .core.output_schema import assert_supported_output_schema, validate_structured_value
+from .core.progress import progress_to
 from .core.schema import schema_spec_to_json_schema, validate_args
 from .core.signal import AbortController, AbortError, AbortSignal
 from .core.types import (
@@ -98,6 +99,7 @@ __all__ = [
     "define_tool",
     "deny",
     "error_result",
+    "progress_to",
     "schema_spec_to_json_schema",
     "text_block",
     "tool",

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dsh_actors import define_tool, text_block
-from dsh_actors.core.progress import progress_to
+from dsh_actors import progress_to
 
 from .fixtures import shares_one_host_registry
 

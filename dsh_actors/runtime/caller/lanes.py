@@ -135,10 +135,10 @@ class _Lane:
 
     def route(self, call: SentCall) -> None:
         stream = self.stream
-        if call.progress is not None and not stream.process_ended():
-            self.reporting.send(call)
-        elif stream.held is not None:
+        if stream.held is not None:
             stream.hold(call)
+        elif call.progress is not None and not stream.process_ended():
+            self.reporting.send(call)
         elif stream.channel is not None and call.plan_box is None and call.hub is None \
                 and len(call.envelope) <= CHANNEL_ENVELOPE_MAX:
             stream.channel.send(call, call.envelope)  # (the channel's end fails it unsent, if so)

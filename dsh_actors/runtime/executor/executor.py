@@ -15,7 +15,9 @@ body runs where it belongs:
   agent holding at most its share of the threads (:mod:`.thread_shares`)
   (through :data:`~dsh_actors.core.body.BODY_RUNNER`);
 - a body whose definition declares Ray options or force-stop: a Ray task with exactly
-  those options (:func:`run_body_task`), started only after every gate passed.
+  those options (:func:`run_body_task`), started only after every gate passed — a
+  streaming one (:func:`run_body_task_reporting`) when the call's caller listens for its
+  progress, each report an item of the stream.
 
 Plans arrive as object refs and are cached per executor, already *placed* (each
 definition's ``execute`` replaced by the wrapper that runs it where it belongs).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import queue
 import threading
 import time
@@ -65,6 +68,7 @@ task's worker is pooled and ended with the job: nobody can ask it later). One ex
 task; with the collector down, a task waits this long, and the next ones (while that
 export is stuck) not at all."""
 _PLANS = 256
+log = logging.getLogger("dsh_actors.runtime")
 
 
 def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S, ended: Any = None) -> None:
@@ -424,7 +428,7 @@ class ExecutorCore(CallSurface, FlushesSpans):
             return
         told = asyncio.ensure_future(owner(self.registry, self.namespace).link.call("add_guest", actor))
         _TELLING.add(told)
-        told.add_done_callback(_TELLING.discard)
+        told.add_done_callback(_told)
 
     async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code
@@ -458,6 +462,13 @@ class ExecutorCore(CallSurface, FlushesSpans):
 _GUESTS: dict[tuple[str, str], ExecutorCore] = {}
 """The executor core serving calls in this process as a guest, per (namespace, registry)."""
 _TELLING: set["asyncio.Future[Any]"] = set()
+
+
+def _told(telling: "asyncio.Future[Any]") -> None:
+    _TELLING.discard(telling)
+    if not telling.cancelled() and telling.exception() is not None:  # (read: asyncio would log it as lost)
+        log.warning("the registry did not hear of this process's calls (its aborts will not reach them): %s",
+                    telling.exception())
 
 
 def abort_guest_calls(_actor: Any, namespace: str, registry: str, agents: list[str], why: str) -> int:
