@@ -31,6 +31,7 @@ from typing import Any, AsyncIterator, Mapping
 import mcp_types as types
 
 from ..core.registry import RUN_CODE
+from ..core.within import within
 from ..runtime.registry.asking import AskingCalls
 from . import asks
 from .access import _AGENT_ID, Grants, TokenGate, agent_of, bearer_of, digest
@@ -344,8 +345,8 @@ async def _reporting_to(session: Any) -> AsyncIterator[Any]:
     finally:
         reports.put_nowait(None)  # after every report made so far (each was queued first)
         try:
-            await asyncio.wait_for(pumping, PUMP_DRAIN_S)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a client too slow to read: its result goes on
+            await within(pumping, PUMP_DRAIN_S)  # (cancelled when it takes longer)
+        except Exception:  # noqa: BLE001 - a client too slow to read, or gone: its result goes on
             pumping.cancel()
 
 
