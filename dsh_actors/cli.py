@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "workspace, with no walls (only for commands you trust)")
     serve.add_argument("--idle-end", type=float, default=None, metavar="SECONDS",
                        help="end an agent's environment no call used for SECONDS (its next call starts a new "
-                            "one; set it above the longest command's timeout). Default: they end with the gateway")
+                            "one; set it above 4/3 of the longest command's timeout). Default: they end with the gateway")
     serve.add_argument("--policies", default="", metavar="NAME,...",
                        help="named policies for every agent's calls, in order, as an episode's \"policies\" "
                             "(deny-destructive, redact-secrets, ask-writes, timeout, retry, fleet-limit:TOOL=N)")

@@ -36,6 +36,7 @@ from ..envs.contract import (CommandResult, EnvironmentGoneError, EnvironmentSta
 from ..tools.workspace import AgentWorkspaces, Workspace
 from .backoff import WHILE_RESTARTING
 from .local import this_node
+from .env_claims import release
 from .errors import ACTOR_GONE, died_for_good, remember_dead
 from .process import current
 from .requester import CHECK_S, requester, still_there
@@ -47,9 +48,6 @@ __all__ = ["AgentEnvironments", "ENV_HOST_OPTIONS", "EnvHost", "EnvHostService",
            "make_workspace_on", "remove_workspace_on", "start_environment"]
 
 log = logging.getLogger("dsh_actors.runtime")
-
-KV_NAMESPACE = "dsh_actors"
-"""The cluster KV store's namespace of this package's keys."""
 
 ENV_HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
                                     "lifetime": "detached", "max_concurrency": 10_000}
@@ -92,8 +90,8 @@ class EnvHostService:
         """Start environment ``env_id`` (one in use under that id is ended first); its
         address, for :func:`connect`. ``starter`` names the process whose environment it
         is: it ends when that process is gone. ``idle_s``: it also ends once nobody touched
-        it for that long. ``release``: a key of the cluster's KV store deleted when it ends
-        (a claim naming it)."""
+        it for that long. ``release``: the key of its claim (:mod:`.env_claims`), released
+        when it ends."""
         async with self._starting.setdefault(env_id, asyncio.Lock()):
             return await self._start(env_id, spec, starter, idle_s, release)
 
@@ -143,9 +141,10 @@ class EnvHostService:
         except Exception as exc:  # noqa: BLE001 - it is gone either way; say why it did not end cleanly
             log.warning("environment %s did not end cleanly: %s", env_id, exc)
         if idle is not None and idle[2] is not None:
-            from ray.experimental import internal_kv
-
-            await asyncio.to_thread(internal_kv._internal_kv_del, idle[2], namespace=KV_NAMESPACE)
+            try:
+                await asyncio.to_thread(release, idle[2], this_node() or "")
+            except Exception as exc:  # noqa: BLE001 - a claim left behind is taken over later; the sweep goes on
+                log.warning("environment %s: its claim was not released: %s", env_id, exc)
         return True
 
     def running(self) -> list[str]:

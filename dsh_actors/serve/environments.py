@@ -11,7 +11,7 @@ that node's environment host. Replicas of one node that both start it at once sh
 (the host starts it under a lock); replicas of several nodes share one too: the node that
 starts it is claimed first in the cluster's KV store, and a replica elsewhere waits for
 that node's host to run it (it starts one itself only if that node is gone, or has not
-started it within :data:`CLAIM_WAIT_S`).
+started it within :data:`CLAIM_WAIT_S` of its claim; see :mod:`~dsh_actors.runtime.env_claims`).
 
 The environment belongs to the gateway's registry, not to the replica that started it: a
 replica that dies takes none with it, and when the registry ends (``dsh-actors serve``
@@ -19,21 +19,24 @@ stopped) the host ends its environments within seconds, every process in them ki
 With ``idle_s``, one that no call used for that long ends too (its processes and its
 ``/tmp`` with it; the agent's folder stays), and the agent's next call starts a new one.
 Each replica tells the host an environment is used when a call starts using it and when
-it is done with it (at most once every quarter of ``idle_s`` each), so a call still
-running is not idle only if ``idle_s`` exceeds its command's timeout.
+it is done with it, at most once every quarter of ``idle_s``: what the host knows of a
+call's start may be that much older, so a command is safe from an idle end only while it
+runs less than three quarters of ``idle_s`` (set ``idle_s`` above 4/3 of the longest
+command's timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 import ray
 
 from ..envs.contract import EnvironmentGoneError, EnvSpec, Environment
-from ..runtime.envhost import (KV_NAMESPACE, AgentEnvironments, HostedEnvironment, _ask_host, env_id_of,
-                               start_environment)
+from ..runtime.env_claims import EnvClaim
+from ..runtime.envhost import AgentEnvironments, HostedEnvironment, _ask_host, env_id_of, start_environment
 from ..runtime.local import this_node
 from ..runtime.wire import DEFAULT_NAMESPACE, agent_session
 from ..tools.workspace import AgentWorkspaces
@@ -41,8 +44,11 @@ from ..tools.workspace import AgentWorkspaces
 __all__ = ["CLAIM_WAIT_S", "GatewayEnvironments"]
 
 CLAIM_WAIT_S = 60.0
-"""How long a replica waits for the node that claimed an agent's environment to start it."""
+"""How long after its claim a replica waits for the node that claimed an agent's
+environment to start it (a claim older than that whose environment does not run is taken over)."""
 CLAIM_POLL_S = 0.2
+_TAKEOVERS = 4
+"""How many claimants in a row a replica waits for before it starts the environment itself."""
 
 
 class GatewayEnvironments(AgentEnvironments):
@@ -132,16 +138,19 @@ class GatewayEnvironments(AgentEnvironments):
             self._elsewhere.pop(env_id, None)
             workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
             starter = await self._owner()
-            claim = _Claim(self.namespace, self.registry, starter[1], env_id)
+            claim = EnvClaim(f"gateway-env/{self.namespace}/{self.registry}/{starter[1]}/{env_id}")
             # (one gone on another node: its claim goes with it, else nobody starts another)
-            node = await claim.take(over=hosted[0].node if hosted is not None and stale is hosted[0] else None)
-            found = await self._running_elsewhere(env_id, node, wait_s=CLAIM_WAIT_S if node != this_node() else 0)
-            if found is not None:
-                node, where = found
-                hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
-                return hosted
-            if node != this_node():
-                await claim.take(over=node)  # its claimant is gone, or never started it
+            gone = hosted[0].node if hosted is not None and stale is hosted[0] else None
+            node, since = await asyncio.to_thread(claim.take, gone)
+            for _ in range(_TAKEOVERS):
+                if node == this_node():
+                    break
+                found = await self._running_elsewhere(env_id, node, until=since + CLAIM_WAIT_S)
+                if found is not None:
+                    node, where = found
+                    hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
+                    return hosted
+                node, since = await asyncio.to_thread(claim.take, node)  # it is gone, or never started it
             try:
                 # Its root holds the host's system and this folder alone: the other agents'
                 # folders are not in it (nothing to hide; hiding their parent would hide this one too).
@@ -150,16 +159,15 @@ class GatewayEnvironments(AgentEnvironments):
                                         idle_s=self.idle_s, release=claim.key)
                 self._touched[env_id] = asyncio.get_running_loop().time()  # (started now: touched)
             except BaseException:
-                await claim.drop()
+                await asyncio.to_thread(claim.drop)
                 raise
             return await super().environment(ctx)
 
     async def _running_elsewhere(self, env_id: str, claimant: str | None = None,
-                                 wait_s: float = 0.0) -> tuple[str, str] | None:
+                                 until: float = 0.0) -> tuple[str, str] | None:
         """Another node whose host runs ``env_id``, and its workspace there, if one does;
-        ``wait_s``: how long to wait for ``claimant``'s host to start it."""
+        waiting until ``until`` (wall clock) for alive ``claimant``'s host to start it."""
         here = this_node()
-        deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             alive = [node["NodeID"] for node in await asyncio.to_thread(ray.nodes)
                      if node.get("Alive") and node["NodeID"] != here]
@@ -170,7 +178,7 @@ class GatewayEnvironments(AgentEnvironments):
                     continue
                 if found is not None:
                     return node, found[1]
-            if claimant not in alive or asyncio.get_running_loop().time() >= deadline:
+            if claimant not in alive or time.time() >= until:
                 return None
             await asyncio.sleep(CLAIM_POLL_S)
 
@@ -181,35 +189,6 @@ class GatewayEnvironments(AgentEnvironments):
 
         handle = await owner(self.registry, self.namespace).link.actor_async()
         return handle, await handle.__ray_call__.remote(_incarnation)
-
-
-class _Claim:
-    """Which node starts one agent's environment, for one incarnation of the registry: the
-    first to claim it in the cluster's KV store (a later incarnation claims afresh)."""
-
-    def __init__(self, namespace: str, registry: str, incarnation: str, env_id: str) -> None:
-        self.key = f"gateway-env/{namespace}/{registry}/{incarnation}/{env_id}".encode()
-
-    async def take(self, over: str | None = None) -> str:
-        """Claim it for this node (``over``: in place of that claimant); the claimant now."""
-        from ray.experimental import internal_kv
-
-        def claim() -> str:
-            here = this_node() or ""
-            if over is not None and internal_kv._internal_kv_get(self.key, namespace=KV_NAMESPACE) == over.encode():
-                internal_kv._internal_kv_del(self.key, namespace=KV_NAMESPACE)
-            if not internal_kv._internal_kv_put(self.key, here.encode(), overwrite=False, namespace=KV_NAMESPACE):
-                return here
-            held = internal_kv._internal_kv_get(self.key, namespace=KV_NAMESPACE)
-            return held.decode() if held else here
-
-        return await asyncio.to_thread(claim)
-
-    async def drop(self) -> None:
-        """Give the claim up (this node could not start it: the next call claims afresh)."""
-        from ray.experimental import internal_kv
-
-        await asyncio.to_thread(internal_kv._internal_kv_del, self.key, namespace=KV_NAMESPACE)
 
 
 class _Touching:

@@ -340,9 +340,16 @@ async def _reporting_to(session: Any) -> AsyncIterator[Any]:
             await session.report_progress(*report)
 
     pumping = asyncio.ensure_future(pump())
+    open_ = [True]  # the request's stream: reports after it ended (a call held for an ask) are dropped
+
+    def sink(*report: Any) -> None:
+        if open_[0]:
+            loop.call_soon_threadsafe(reports.put_nowait, report)
+
     try:
-        yield lambda *report: loop.call_soon_threadsafe(reports.put_nowait, report)
+        yield sink
     finally:
+        open_[0] = False
         reports.put_nowait(None)  # after every report made so far (each was queued first)
         try:
             await within(pumping, PUMP_DRAIN_S)  # (cancelled when it takes longer)

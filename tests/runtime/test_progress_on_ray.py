@@ -95,9 +95,11 @@ def test_a_caller_that_does_not_listen_gets_the_result_alone(registry, tmp_path)
         assert heard == [] and said == "heard=[False, False] saw_first_heard=False", name
 
 
-def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_path):
+@pytest.mark.parametrize("where", ["executor", "own task"])
+def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_path, where):
     """A call sent as a stream is cancelled like any other: one cancelled result, and its
-    body (here one that reports, then sleeps) sees the cancellation where it runs."""
+    body (here one that reports, then sleeps) sees the cancellation where it runs — in the
+    executor, or in a Ray task of its own."""
     canary = tmp_path / "cancelled"
 
     async def slow(args, ctx):
@@ -110,7 +112,8 @@ def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_p
         return [text_block("finished")]
 
     registry.register(define_tool(name="slow", description="slow", execute=slow,
-                                  parameters={"canary": {"type": "string"}})).result(T)
+                                  parameters={"canary": {"type": "string"}},
+                                  extras=TOOLS["own-task" if where == "own task" else "async-body"])).result(T)
     heard = []
 
     async def call():

@@ -153,7 +153,9 @@ class ForceStop:
 
 _body_plans: "OrderedDict[str, ExecutionPlan]" = OrderedDict()
 _body_loop: asyncio.AbstractEventLoop | None = None
-_reporting_loop: asyncio.AbstractEventLoop | None = None
+_reporting: list[Any] = [None, None]  # the reporting bodies' loop, and its thread
+_REPORT_POLL_S = 0.05
+"""How often a reporting task's main thread wakes while it waits (Ray's cancel lands then)."""
 
 
 def _body_of(envelope: bytes, plan_box: list[Any]) -> tuple[Envelope, ExecutionPlan]:
@@ -201,33 +203,53 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     return value, deferred
 
 
+def _reporting_loop() -> asyncio.AbstractEventLoop:
+    """The loop reporting bodies run on in this worker (made again if its thread died)."""
+    loop, thread = _reporting
+    if loop is None or not thread.is_alive():
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="dsh-body", daemon=True)
+        thread.start()
+        _reporting[:] = [loop, thread]
+    return loop  # type: ignore[no-any-return]
+
+
 @ray.remote(max_retries=0)
 def run_body_task_reporting(envelope: bytes, plan_box: list[Any], hub: Any) -> Iterator[Any]:
     """:func:`run_body_task` for a caller that listens for the body's progress (a streaming
     task): yields each report, ``(progress, total, message)``, as the body makes it, then
-    ``(value, deferred)`` in a list. The body runs on a loop of its own thread, so this
-    one can hand reports on while it runs."""
-    global _reporting_loop
+    ``[value, deferred]``. The body runs on a loop of another thread, so this one can hand
+    reports on while it runs; cancelled, this task ends only once the body has (a plain
+    body runs to its end, or until the force-stop kills the worker, as in :func:`run_body_task`)."""
     call, plan = _body_of(envelope, plan_box)
-    if _reporting_loop is None:
-        _reporting_loop = asyncio.new_event_loop()
-        threading.Thread(target=_reporting_loop.run_forever, name="dsh-body", daemon=True).start()
     signal, stop = signal_of(call, hub)
     reports: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
     deferred: list[Any] = []
+    ended = threading.Event()
 
     async def body() -> Any:
-        with progress_to(lambda *report: reports.put(report)):
-            return await _run_body(call, plan, call.execution(signal), deferred)
+        try:
+            with progress_to(lambda *report: reports.put(report)):
+                return await _run_body(call, plan, call.execution(signal), deferred)
+        finally:
+            ended.set()
 
-    running = asyncio.run_coroutine_threadsafe(body(), _reporting_loop)
+    running = asyncio.run_coroutine_threadsafe(body(), _reporting_loop())
     running.add_done_callback(lambda _: reports.put(None))
     try:
-        while (report := reports.get()) is not None:
+        while True:
+            try:
+                report = reports.get(timeout=_REPORT_POLL_S)  # (a blocking get would hold Ray's cancel off)
+            except queue.Empty:
+                continue
+            if report is None:
+                break
             yield report
         yield [running.result(), deferred]
     finally:
         running.cancel()  # (cancelled here: its body's coroutine sees CancelledError)
+        while not ended.wait(_REPORT_POLL_S):
+            pass
         _body_ended(stop)
 
 
@@ -324,10 +346,12 @@ async def _reported(stream: Any, sink: Callable[..., None]) -> tuple[Any, list[A
     ``sink`` on the way."""
     async for ref in stream:
         item = await ref
-        if isinstance(item, tuple):
-            sink(*item)
-        else:
+        if not isinstance(item, tuple):
             return item[0], item[1]
+        try:
+            sink(*item)
+        except Exception:  # noqa: BLE001 - a deaf listener never stops the call
+            pass
     raise ray.exceptions.RaySystemError("the body's task ended without its value")
 
 

@@ -25,7 +25,7 @@ import ray
 from ...core.progress import progress_to
 from .agent_calls import AgentCalls
 from .channel_server import ChannelServer
-from ..wire import Item
+from ..wire import Item, Outcome
 from .mailboxes import Mailboxes
 
 __all__ = ["CallSurface"]
@@ -63,14 +63,15 @@ class CallSurface:
         try:
             while not call.done():
                 report = asyncio.ensure_future(reports.get())
-                await asyncio.wait((call, report), return_when=asyncio.FIRST_COMPLETED)
-                if report.done():
+                try:
+                    await asyncio.wait((call, report), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    report.cancel()  # (a report it took is not lost: a cancelled get leaves it queued)
+                if not report.cancelled():
                     yield report.result()
-                else:
-                    report.cancel()
             while not reports.empty():  # made before the call ended (a report is queued first)
                 yield reports.get_nowait()
-            yield call.result()
+            yield Outcome.CANCELLED if call.cancelled() else call.result()  # (aborted here: abort_agents)
         finally:
             call.cancel()
 
