@@ -71,10 +71,11 @@ _PLANS = 256
 log = logging.getLogger("dsh_actors.runtime")
 
 
-def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S, ended: Any = None) -> None:
+def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S) -> None:
     """Cancel a task: politely first, then (still running after ``grace_s``) by killing its
-    worker (``ended``: the ref that is ready once it ended, when ``ref`` is a streaming
-    task's generator). Executions never retry, so a killed body does not run again. (An actor task
+    worker — a streaming task's (a generator) after the grace whatever it reads: once
+    cancelled it reads ended though its body may run on. Executions never retry, so a
+    killed body does not run again. (An actor task
     can only be cancelled politely: its coroutine sees ``CancelledError``.) An asyncio task
     (a call run in its caller's executor) is cancelled on its own loop."""
     if isinstance(ref, asyncio.Future):
@@ -89,9 +90,8 @@ def cancel_task(ref: Any, grace_s: float = CANCEL_GRACE_S, ended: Any = None) ->
         if not ray.is_initialized():  # the connection ended first: never start a new Ray
             return
         try:
-            ready, _ = ray.wait([ref if ended is None else ended], timeout=0)
-            if not ready:
-                ray.cancel(ref, force=True)
+            if isinstance(ref, ray.ObjectRefGenerator) or not ray.wait([ref], timeout=0)[0]:
+                ray.cancel(ref, force=True)  # (a task that ended meanwhile is left alone)
         except Exception:
             pass
 
@@ -322,7 +322,7 @@ class _Placement:
             try:
                 value, deferred = await task if sink is None else await _reported(task, sink)
             except asyncio.CancelledError:
-                cancel_task(task, ended=ended)
+                cancel_task(task)
                 raise
             except Exception as exc:
                 if stopper is not None and stopper.failure is not None:

@@ -66,8 +66,9 @@ class CallSurface:
                 try:
                     await asyncio.wait((call, report), return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    report.cancel()  # (a report it took is not lost: a cancelled get leaves it queued)
-                if not report.cancelled():
+                    if not report.done():
+                        report.cancel()  # (a report it was about to take stays queued)
+                if report.done():
                     yield report.result()
             while not reports.empty():  # made before the call ended (a report is queued first)
                 yield reports.get_nowait()
