@@ -14,15 +14,20 @@ sink as it arrives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import math
-from typing import Callable, Iterator
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 
-__all__ = ["ProgressSink", "listening", "progress_to", "report_progress", "sink_for_thread"]
+__all__ = ["ProgressSink", "Report", "Reports", "listening", "progress_to", "relay", "report_progress",
+           "sink_for_thread"]
 
 ProgressSink = Callable[[float, "float | None", "str | None"], None]
 """``(progress, total, message)``; called from the body's thread, so it must be thread-safe."""
+
+Report = tuple[float, "float | None", "str | None"]
+"""One report as it travels: ``(progress, total, message)``."""
 
 _SINK: contextvars.ContextVar[ProgressSink | None] = contextvars.ContextVar("dsh_actors_progress", default=None)
 
@@ -73,3 +78,56 @@ def sink_for_thread(fn: Callable[[], object]) -> Callable[[], object]:
         return fn()
 
     return lambda: contextvars.Context().run(run)
+
+
+class Reports:
+    """Reports made from any thread, read in order on the loop that made this object.
+
+    ``sink`` is the :data:`ProgressSink` to hand out; :meth:`during` reads what it was told
+    while some work runs; after :meth:`close` the sink drops what it is told (its listener
+    is gone)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Report] = asyncio.Queue()
+        self._open = True
+
+    def sink(self, progress: float, total: float | None, message: str | None) -> None:
+        if self._open:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (progress, total, message))
+
+    def close(self) -> None:
+        self._open = False
+
+    async def during(self, work: "asyncio.Future[Any]", idle_s: float | None = None) -> AsyncIterator[Report | None]:
+        """Each report as it comes while ``work`` runs, then those made before it ended
+        (a report is queued before whatever ends the work can be seen here); ``None``
+        after each ``idle_s`` without one, for a reader that keeps its listener awake."""
+        while not work.done():
+            report = asyncio.ensure_future(self._queue.get())
+            try:
+                await asyncio.wait((work, report), timeout=idle_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not report.done():
+                    report.cancel()  # (a report it was about to take stays queued)
+            if report.done() and not report.cancelled():
+                yield report.result()
+            elif not work.done():
+                yield None
+        while not self._queue.empty():
+            yield self._queue.get_nowait()
+
+
+async def relay(stream: AsyncIterable[Awaitable[Any]], sink: ProgressSink) -> Any:
+    """The first item of ``stream`` (a stream of awaitables, as a streaming Ray task's) that
+    is not a report — reports are tuples, handed to ``sink`` on the way — or ``None`` if the
+    stream ends first. A sink that raises is ignored: a deaf listener never stops a call."""
+    async for awaitable in stream:
+        item = await awaitable
+        if not isinstance(item, tuple):
+            return item
+        try:
+            sink(*item)
+        except Exception:  # noqa: BLE001
+            pass
+    return None

@@ -86,12 +86,17 @@ class GatewayEnvironments(AgentEnvironments):
         if self.idle_s is None or now - self._touched.get(env_id, -math.inf) < self.idle_s / 4:
             return
         self._touched[env_id] = now
-        hosted = self._elsewhere.get(env_id)
-        node = hosted[0].node if hosted is not None else this_node()
+        node = self._node_of(env_id)
         if node is not None:
             telling = asyncio.ensure_future(_ask_host(node, self.namespace, "touch", env_id))
             self._telling.add(telling)
             telling.add_done_callback(self._telling.discard)
+
+    def _node_of(self, env_id: str) -> str | None:
+        """The node whose host runs ``env_id`` as this process knows it: the one it uses
+        on another node, else this one."""
+        hosted = self._elsewhere.get(env_id)
+        return hosted[0].node if hosted is not None else this_node()
 
     async def environment(self, ctx: Any, stale: Any = None) -> tuple[Environment, str]:
         """The call's agent's environment: the one running (here or on another node), or
@@ -114,9 +119,8 @@ class GatewayEnvironments(AgentEnvironments):
         now = asyncio.get_running_loop().time()
         if self.idle_s is None or touched is None or now - touched <= self.idle_s:
             return
-        hosted = self._elsewhere.get(env_id)
-        node = hosted[0].node if hosted is not None else this_node()
-        self._touched[env_id] = now
+        node = self._node_of(env_id)
+        self._touched[env_id] = now  # (so the call's own touch is not sent again)
         try:
             running = node is not None and await _ask_host(node, self.namespace, "touch", env_id)
         except Exception:  # noqa: BLE001 - its host is gone: so is the environment

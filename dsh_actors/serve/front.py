@@ -52,6 +52,7 @@ try:
 except ImportError:  # another SDK release: every request goes to the SDK
     AVAILABLE = False
 
+from ..core.progress import Reports
 from .access import agent_of
 
 _MCP_PARAM = "mcp-param-"
@@ -118,34 +119,15 @@ class GatewayFront:
         """A call whose client asked for progress: a plain JSON answer if its body reports
         none; else an event stream (as the SDK's own: committed at the first report, a ping
         while idle), its reports as ``notifications/progress``, then the answer."""
-        loop = asyncio.get_running_loop()
-        reports: asyncio.Queue[bytes] = asyncio.Queue()
-
-        def sink(progress: float, total: float | None, message: str | None) -> None:  # from any thread
-            note = {"progressToken": token, "progress": progress, "total": total, "message": message}
-            event = _sse_event(JSONRPCNotification(jsonrpc="2.0", method="notifications/progress",
-                                                   params={k: v for k, v in note.items() if v is not None}))
-            loop.call_soon_threadsafe(reports.put_nowait, event)
-
-        call = asyncio.ensure_future(_to_jsonrpc_response(request_id, self._result(agent, params, version, sink)))
+        reports = Reports()
+        call = asyncio.ensure_future(_to_jsonrpc_response(request_id, self._result(agent, params, version, reports.sink)))
         streaming = False
         try:
-            while not call.done() or not reports.empty():
-                if reports.empty() and not call.done():
-                    report = asyncio.ensure_future(reports.get())
-                    await asyncio.wait((call, report), timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
-                    if not report.done():
-                        report.cancel()
-                        if call.done():
-                            continue
-                        event = b": ping\r\n\r\n"
-                    else:
-                        event = report.result()
-                else:
-                    event = reports.get_nowait()
+            async for report in reports.during(call, idle_s=PING_S):
                 if not streaming:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     streaming = True
+                event = b": ping\r\n\r\n" if report is None else _progress_event(token, *report)
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             reply = call.result()
         finally:
@@ -307,3 +289,10 @@ async def _disconnect(receive: Any, sent: _Sent) -> None:
         pass
     if sent.done:  # the server's closing after its answer, not a client leaving
         await asyncio.Event().wait()
+
+
+def _progress_event(token: Any, progress: float, total: float | None, message: str | None) -> bytes:
+    """One report as the event stream carries it: a ``notifications/progress`` event."""
+    note = {"progressToken": token, "progress": progress, "total": total, "message": message}
+    return _sse_event(JSONRPCNotification(jsonrpc="2.0", method="notifications/progress",
+                                          params={k: v for k, v in note.items() if v is not None}))

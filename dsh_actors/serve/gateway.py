@@ -31,6 +31,7 @@ from typing import Any, AsyncIterator, Mapping
 import mcp_types as types
 
 from ..core.registry import RUN_CODE
+from ..core.progress import Reports
 from ..core.within import within
 from ..runtime.registry.asking import AskingCalls
 from . import asks
@@ -332,25 +333,19 @@ def _streams_progress(ctx: Any) -> bool:
 async def _reporting_to(session: Any) -> AsyncIterator[Any]:
     """A progress sink (callable from any thread) whose reports go, in order, to the SDK's
     ``session`` as ``notifications/progress`` of the request it serves."""
-    loop = asyncio.get_running_loop()
-    reports: asyncio.Queue[tuple[float, float | None, str | None] | None] = asyncio.Queue()
+    reports, ended = Reports(), asyncio.get_running_loop().create_future()
 
     async def pump() -> None:
-        while (report := await reports.get()) is not None:
-            await session.report_progress(*report)
+        async for report in reports.during(ended):
+            if report is not None:  # (always: no idle_s)
+                await session.report_progress(*report)
 
     pumping = asyncio.ensure_future(pump())
-    open_ = [True]  # the request's stream: reports after it ended (a call held for an ask) are dropped
-
-    def sink(*report: Any) -> None:
-        if open_[0]:
-            loop.call_soon_threadsafe(reports.put_nowait, report)
-
     try:
-        yield sink
+        yield reports.sink
     finally:
-        open_[0] = False
-        reports.put_nowait(None)  # after every report made so far (each was queued first)
+        reports.close()  # the request's stream ends: later reports (a call held for an ask) are dropped
+        ended.set_result(None)  # the pump sends what came before, then stops
         try:
             await within(pumping, PUMP_DRAIN_S)  # (cancelled when it takes longer)
         except Exception:  # noqa: BLE001 - a client too slow to read, or gone: its result goes on

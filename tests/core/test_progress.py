@@ -9,7 +9,7 @@ import pytest
 
 from dsh_actors import InMemoryRegistry, define_tool
 from dsh_actors.core.body import BODY_RUNNER
-from dsh_actors.core.progress import progress_to, report_progress
+from dsh_actors.core.progress import Reports, progress_to, relay, report_progress
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -71,3 +71,56 @@ def test_progress_must_be_a_finite_number(bad):
 def test_a_message_must_be_text():
     with pytest.raises(TypeError, match="message must be a str"):
         report_progress(1, message=3)
+
+
+def test_reports_from_other_threads_are_read_in_order_while_the_work_runs_and_none_is_lost_at_its_end():
+    """``Reports.during``: each report as it comes (the reader sees the first before the work
+    ends), then those made just before the work ended; ``None`` while idle, when asked;
+    nothing after ``close``."""
+    async def run():
+        reports, heard = Reports(), []
+        first_heard = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def body():  # on a thread: one report, wait for it to be read, then a burst and the end at once
+            reports.sink(1, 3, "one")
+            asyncio.run_coroutine_threadsafe(first_heard.wait(), loop).result(5)
+            for k in (2, 3):
+                reports.sink(k, 3, None)
+            loop.call_soon_threadsafe(work.set_result, None)
+
+        work = loop.create_future()
+        threading.Thread(target=body).start()
+        async for report in reports.during(work):
+            heard.append((report, work.done()))
+            first_heard.set()
+
+        idle, pinged = Reports(), []
+        nap = asyncio.ensure_future(asyncio.sleep(0.25))
+        async for report in idle.during(nap, idle_s=0.05):
+            pinged.append(report)
+        idle.close()
+        idle.sink(9, None, "late")
+        late = [r async for r in idle.during(nap)]
+        return heard, pinged, late
+
+    heard, pinged, late = asyncio.run(run())
+    assert heard[0][1] is False  # heard while the work ran
+    assert [r for r, _ in heard] == [(1, 3, "one"), (2, 3, None), (3, 3, None)]
+    assert pinged and set(pinged) == {None}
+    assert late == []
+
+
+def test_relay_hands_each_report_to_the_sink_and_answers_the_first_other_item():
+    async def stream(*items):
+        for item in items:
+            yield asyncio.sleep(0, item)
+
+    def deaf(*report):
+        heard.append(report)
+        raise RuntimeError("a listener that fails never stops the call")
+
+    heard = []
+    assert asyncio.run(relay(stream((1, None, "a"), (2, 2, None), b"outcome", (3, 3, "after")), deaf)) == b"outcome"
+    assert heard == [(1, None, "a"), (2, 2, None)]
+    assert asyncio.run(relay(stream((1, None, None)), lambda *report: None)) is None  # ended without one

@@ -617,7 +617,8 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
         return ModelResponse(parts=[TextPart("done")])
 
     async def run(agent_id):
-        agent = pydantic_ai.Agent(FunctionModel(model), toolsets=[MCPToolset(url.format(agent=agent_id))])
+        toolset = MCPToolset(url.format(agent=agent_id), init_timeout=T)  # (its 5 s default fails a busy machine)
+        agent = pydantic_ai.Agent(FunctionModel(model), toolsets=[toolset])
         return (await agent.run("go")).output
 
     assert asyncio.run(run("pydantic-writer")) == "done"

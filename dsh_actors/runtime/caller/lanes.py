@@ -53,7 +53,7 @@ from typing import Any, Callable, Protocol
 
 import ray
 
-from ...core.progress import ProgressSink, listening
+from ...core.progress import ProgressSink, listening, relay
 from ..backoff import WHILE_RESTARTING
 from .channel import Channel, connect
 from ..coalesce import Coalescer
@@ -345,21 +345,16 @@ class _Reporting:
     async def _follow(self, call: SentCall) -> None:
         assert call.progress is not None
         try:
-            async for ref in call.ref:
-                item = await ref
-                if isinstance(item, bytes):
-                    call.resolve(item)
-                else:
-                    try:
-                        call.progress(*item)
-                    except Exception:  # noqa: BLE001 - a deaf listener never stops the call
-                        pass
+            outcome = await relay(call.ref, call.progress)
         except (asyncio.CancelledError, ray.exceptions.TaskCancelledError):
             call.resolve(Outcome.CANCELLED)
         except Exception as exc:  # noqa: BLE001 - Ray's error, as awaiting the call's own task gives it
             call.fail(exc)
         else:
-            call.fail(ray.exceptions.RaySystemError("the executor's stream ended without the call's outcome"))
+            if outcome is None:
+                call.fail(ray.exceptions.RaySystemError("the executor's stream ended without the call's outcome"))
+            else:
+                call.resolve(outcome)
 
     def cancel(self, call: SentCall) -> None:
         try:

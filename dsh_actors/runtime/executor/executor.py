@@ -39,7 +39,7 @@ import ray
 
 from ...core.body import BODY_RUNNER
 from ...core.errors import ToolTimeoutError, outcome_of
-from ...core.progress import listening, progress_to
+from ...core.progress import listening, progress_to, relay
 from ...core import pipeline, telemetry, trace_export
 from ...core.jsonvalue import FrozenDict
 from ...core.pipeline import ExecutionPlan
@@ -344,15 +344,10 @@ class _Placement:
 async def _reported(stream: Any, sink: Callable[..., None]) -> tuple[Any, list[Any]]:
     """The ``(value, deferred)`` a reporting body task streams last, its reports handed to
     ``sink`` on the way."""
-    async for ref in stream:
-        item = await ref
-        if not isinstance(item, tuple):
-            return item[0], item[1]
-        try:
-            sink(*item)
-        except Exception:  # noqa: BLE001 - a deaf listener never stops the call
-            pass
-    raise ray.exceptions.RaySystemError("the body's task ended without its value")
+    last = await relay(stream, sink)
+    if last is None:
+        raise ray.exceptions.RaySystemError("the body's task ended without its value")
+    return last[0], last[1]
 
 
 # --- the executor ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator
 
 import ray
 
-from ...core.progress import progress_to
+from ...core.progress import Reports, progress_to
 from .agent_calls import AgentCalls
 from .channel_server import ChannelServer
 from ..wire import Item, Outcome
@@ -52,26 +52,13 @@ class CallSurface:
         """:meth:`execute` for a caller that listens for the call's progress (a streaming
         actor task): yields each report its body makes, ``(progress, total, message)``, as
         it comes, then the outcome's bytes. Cancelling the task cancels the call."""
-        loop = asyncio.get_running_loop()
-        reports: asyncio.Queue[tuple[float, float | None, str | None]] = asyncio.Queue()
-
-        def sink(progress: float, total: float | None, message: str | None) -> None:  # from any thread
-            loop.call_soon_threadsafe(reports.put_nowait, (progress, total, message))
-
-        with progress_to(sink):
+        reports = Reports()
+        with progress_to(reports.sink):
             call = asyncio.ensure_future(self.execute(envelope, plan_box, hub))
         try:
-            while not call.done():
-                report = asyncio.ensure_future(reports.get())
-                try:
-                    await asyncio.wait((call, report), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    if not report.done():
-                        report.cancel()  # (a report it was about to take stays queued)
-                if report.done():
-                    yield report.result()
-            while not reports.empty():  # made before the call ended (a report is queued first)
-                yield reports.get_nowait()
+            async for report in reports.during(call):
+                if report is not None:  # (always: no idle_s)
+                    yield report
             yield Outcome.CANCELLED if call.cancelled() else call.result()  # (aborted here: abort_agents)
         finally:
             call.cancel()
