@@ -95,10 +95,12 @@ def test_a_caller_that_does_not_listen_gets_the_result_alone(registry, tmp_path)
         assert heard == [] and said == "heard=[False, False] saw_first_heard=False", name
 
 
-@pytest.mark.parametrize("where", ["executor"])  # (a body in a reporting task of its own: see issue 48's note)
+@pytest.mark.parametrize("where", ["executor", "own task"])
 def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_path, where):
     """A call sent as a stream is cancelled like any other: one cancelled result, and its
-    body (here one that reports, then sleeps 8 s) sees the cancellation and never finishes."""
+    body (here one that reports, then sleeps 8 s) sees the cancellation and never finishes.
+    In a task of its own, Ray interrupts the task twice (the caller's cancel and its actor
+    task's recursive one): the second interrupt once cut the first one's cleanup short."""
     marks = tmp_path
 
     async def slow(args, ctx):
@@ -132,3 +134,20 @@ def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_p
     assert result.is_error and result.error["code"] == "CANCELLED", result
     time.sleep(max(0.0, cancelled + 10 - time.monotonic()))  # past the body's 8 s
     assert not (marks / "finished").exists() and (marks / "cancelled").exists()
+
+
+def test_interrupts_within_a_reporting_task_are_noted_not_raised_and_raise_again_after():
+    """What a reporting body task does with Ray's cancel (an interrupt of its main thread):
+    within the block, any number of interrupts only set the event; after it, they raise."""
+    import _thread
+
+    from dsh_actors.runtime.executor.executor import _interrupts_noted
+
+    with _interrupts_noted() as interrupted:
+        for _ in range(3):
+            _thread.interrupt_main()
+            time.sleep(0.01)  # (the interrupt is handled at the next step of this thread)
+        assert interrupted.is_set()
+    with pytest.raises(KeyboardInterrupt):
+        _thread.interrupt_main()
+        time.sleep(1)

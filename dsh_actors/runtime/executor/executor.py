@@ -27,9 +27,11 @@ definition's ``execute`` replaced by the wrapper that runs it where it belongs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import queue
+import signal as _signals
 import threading
 import time
 from collections import OrderedDict
@@ -196,10 +198,12 @@ def run_body_task(envelope: bytes, plan_box: list[Any], hub: Any) -> tuple[Any, 
     try:
         value = _body_loop.run_until_complete(_run_body(call, plan, call.execution(signal), deferred))
     except BaseException:
-        _body_loop.close()  # never reuse a loop a cancellation interrupted
+        with _interrupts_noted():  # (Ray may interrupt twice: the second must not skip this)
+            _body_loop.close()  # never reuse a loop a cancellation interrupted
         raise
     finally:
-        _body_ended(stop)
+        with _interrupts_noted():
+            _body_ended(stop)
     return value, deferred
 
 
@@ -234,23 +238,52 @@ def run_body_task_reporting(envelope: bytes, plan_box: list[Any], hub: Any) -> I
         finally:
             ended.set()
 
-    running = asyncio.run_coroutine_threadsafe(body(), _reporting_loop())
-    running.add_done_callback(lambda _: reports.put(None))
+    with _interrupts_noted() as interrupted:
+        running = asyncio.run_coroutine_threadsafe(body(), _reporting_loop())
+        running.add_done_callback(lambda _: reports.put(None))
+        try:
+            while not interrupted.is_set():
+                try:
+                    report = reports.get(timeout=_REPORT_POLL_S)  # (the note of an interrupt is read between waits)
+                except queue.Empty:
+                    continue
+                if report is None:
+                    break
+                yield report
+            if interrupted.is_set():
+                raise KeyboardInterrupt  # (once the body has stopped, below): Ray's cancel, as it expects it
+            yield [running.result(), deferred]
+        finally:
+            running.cancel()  # (cancelled here: its body's coroutine sees CancelledError)
+            while not ended.wait(_REPORT_POLL_S):
+                pass
+            _body_ended(stop)
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[threading.Event]:
+    """Within this block, Ray's cancel of this task (an interrupt of the main thread) is
+    noted in the event it yields instead of raised. Ray interrupts once per request and may
+    ask twice (its caller's cancel, and the recursive cancel of the actor task that made
+    it): a second interrupt raised while the first one's cleanup ran cut that cleanup short,
+    and the body ran on untracked. Outside a main thread, interrupts raise as before."""
+    noted, active = threading.Event(), [True]
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if not active[0]:  # (a handler left behind by an abandoned task: raise, as Ray's default does)
+            raise KeyboardInterrupt
+        noted.set()
+
     try:
-        while True:
-            try:
-                report = reports.get(timeout=_REPORT_POLL_S)  # (a blocking get would hold Ray's cancel off)
-            except queue.Empty:
-                continue
-            if report is None:
-                break
-            yield report
-        yield [running.result(), deferred]
+        previous = _signals.signal(_signals.SIGINT, on_interrupt)
+    except ValueError:  # not this process's main thread
+        yield noted
+        return
+    try:
+        yield noted
     finally:
-        running.cancel()  # (cancelled here: its body's coroutine sees CancelledError)
-        while not ended.wait(_REPORT_POLL_S):
-            pass
-        _body_ended(stop)
+        active[0] = False
+        _signals.signal(_signals.SIGINT, previous)
 
 
 # --- placing a plan's bodies -----------------------------------------------------------------
