@@ -9,7 +9,7 @@ import time
 import pytest
 import ray
 
-from dsh_actors import ReservedNameError, RestrictionError, text_block
+from dsh_actors import ReservedNameError, RestrictionError, define_tool, progress_to, text_block
 from dsh_actors.codemode.runtime import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 from dsh_actors.runtime.session.client import SessionLog
@@ -347,3 +347,30 @@ def test_the_callers_abort_reaches_the_in_flight_sub_call_and_deferred_context_c
     while len(ray.get(seen.all.remote(), timeout=T)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ray.get(seen.all.remote(), timeout=T) == ["started", "the caller gave up"]
+
+
+def test_a_sub_calls_progress_reaches_the_caller_that_listens_for_its_run(code_registry):
+    """A tool a program calls reports its progress: the caller that listens for the run_code
+    call hears each report, in order (with either dispatch, wherever the sub-call ran); a
+    caller that does not listen gets the run's result alone."""
+    async def steps(args, ctx):
+        heard_by_body = [ctx.report_progress(1, 2, "one"), ctx.report_progress(2, 2)]
+        return [text_block(f"stepped {heard_by_body}")]
+
+    code_registry.register(define_tool(name="steps", description="reports", parameters={}, execute=steps)).result(T)
+    heard = []
+
+    async def call(listen):
+        scope = code_registry.scope("stepper")
+        if not listen:
+            return await scope.execute(call_id="quiet", name="run_code", arguments={"code": "return await tools.steps()"})
+        with progress_to(lambda *report: heard.append(report)):
+            response = scope.execute(call_id="heard", name="run_code", arguments={"code": "return await tools.steps()"})
+        return await response
+
+    result = asyncio.run(call(listen=True))
+    assert not result.is_error and "stepped [True, True]" in result.text, result
+    assert heard == [(1.0, 2.0, "one"), (2.0, 2.0, None)]
+    quiet = asyncio.run(call(listen=False))
+    assert not quiet.is_error and "stepped [False, False]" in quiet.text, quiet
+    assert len(heard) == 2
