@@ -633,43 +633,12 @@ def test_a_pydantic_ai_agent_uses_an_agents_endpoint_through_its_own_mcp_client(
     assert sorted(logged) == [("add", False), ("add", True), ("write", False)]
 
 
-def test_a_second_gateway_for_another_registry_serves_beside_it_on_a_port_of_its_own(gateway, tmp_path):
-    from mcp import Client
-
-    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
-
-    _, _, url, _ = gateway
-    other = ToolRegistry.connect(f"mcp-b-{uuid.uuid4().hex[:8]}")
-    try:
-        other.register(define_tool(name="shout", description="Upper-case.", parameters={"text": {"type": "string"}},
-                                   execute=lambda args, ctx: [{"type": "text", "text": args["text"].upper()}])).result(T)
-        taken = int(url.split(":")[2].split("/")[0])
-        with pytest.raises(OSError, match="taken"):  # its replicas would share the first one's connections
-            serve_mcp(GatewayConfig(other.name), port=taken, name="dsh-mcp-b")
-        port = free_port()
-        second = serve_mcp(GatewayConfig(other.name), port=port, name="dsh-mcp-b")
-        assert second == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
-
-        async def both():
-            async with Client(second.format(agent="x")) as b, Client(url.format(agent="x")) as a:
-                return ([t.name for t in (await b.list_tools()).tools], (await b.call_tool("shout", {"text": "hi"})),
-                        sorted(t.name for t in (await a.list_tools()).tools))
-
-        b_tools, shouted, a_tools = asyncio.run(both())
-        assert b_tools == ["shout"] and shouted.content[0].text == "HI"
-        assert "shout" not in a_tools and "add" in a_tools  # each its own registry's
-        stop_mcp(name="dsh-mcp-b")
-
-        async def first_still():
-            async with Client(url.format(agent="x")) as a:
-                return await a.call_tool("add", {"a": 1, "b": 1})
-
-        assert asyncio.run(first_still()).content[0].text == "2"  # stopping one left the other
-    finally:
-        other.shutdown()
-
-
-def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_behind_it(gateway, tmp_path):
+def test_a_second_gateway_serves_a_code_mode_registrys_run_code_beside_the_first_on_a_port_of_its_own(
+        gateway, tmp_path):
+    """Another registry (in Code Mode) served beside the module's gateway: the first one's
+    port is refused (its replicas would share that server's connections), its own port
+    serves only its registry's tools (run_code with its SDK, each agent's own), the first
+    one's agents see none of them, and stopping it leaves the first one serving."""
     from mcp import Client
 
     from dsh_actors.codemode.runtime import CodeRuntimeConfig
@@ -683,7 +652,12 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
             if definition.name in ("add", "write"):
                 coded.register(definition).result(T)
         coded.scope("reader").restrict(deny=["write"]).result(T)
-        served = serve_mcp(GatewayConfig(coded.name), port=free_port(), name="dsh-mcp-code")
+        taken = int(url.split(":")[2].split("/")[0])
+        with pytest.raises(OSError, match="taken"):
+            serve_mcp(GatewayConfig(coded.name), port=taken, name="dsh-mcp-code")
+        port = free_port()
+        served = serve_mcp(GatewayConfig(coded.name), port=port, name="dsh-mcp-code")
+        assert served == f"http://127.0.0.1:{port}/agents/{{agent}}/mcp"
 
         async def as_agent(agent, work):
             async with Client(served.format(agent=agent)) as client:
@@ -697,9 +671,12 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
             refused = await as_agent("reader", lambda c: c.call_tool("run_code", {
                 "code": 'await tools.write(name="by-reader")'}))
             direct = await as_agent("coder", lambda c: c.call_tool("add", {"a": 1, "b": 1}))
-            return listed, reader, ran, refused, direct
+            async with Client(url.format(agent="coder")) as first:  # the module's gateway, its own registry
+                firsts = sorted(t.name for t in (await first.list_tools()).tools)
+            return listed, reader, ran, refused, direct, firsts
 
-        listed, reader, ran, refused, direct = asyncio.run(everything())
+        listed, reader, ran, refused, direct, firsts = asyncio.run(everything())
+        assert "run_code" not in firsts and "add" in firsts
         assert [t.name for t in listed] == ["run_code"] and "add(" in listed[0].description
         assert "write(" in listed[0].description and "write(" not in reader[0].description  # its own SDK
         assert ran.is_error is False and ran.content[-1].text.endswith("5")
@@ -707,6 +684,12 @@ def test_a_code_mode_registry_serves_run_code_with_its_sdk_and_its_tools_only_be
         assert refused.is_error is True and not (tmp_path / "by-reader").exists()
         assert direct.is_error is True and direct.meta["dsh"]["error"]["code"] == "UNKNOWN_TOOL"
         stop_mcp(name="dsh-mcp-code")
+
+        async def first_still():
+            async with Client(url.format(agent="x")) as first:
+                return await first.call_tool("add", {"a": 1, "b": 1})
+
+        assert asyncio.run(first_still()).content[0].text == "2"  # stopping one left the other
     finally:
         coded.shutdown()
 
