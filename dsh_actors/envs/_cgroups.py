@@ -262,6 +262,7 @@ class EnvCgroups:
         self._track = None        # the tracking hierarchy's box, a directory descriptor
         self._slot_fds = {}       # slot -> its c<j>/cgroup.procs (written) and cgroup.events (read)
         self._counters = {}
+        self.kills = 0            # slots emptied so far (a refusal after one may be its bomb dying)
         for parent, folder in zip(plan, folders):
             if "track" in parent["roles"]:
                 self._track = os.open("box", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
@@ -329,6 +330,7 @@ class EnvCgroups:
         frozen (nothing in it forks meanwhile), each of the others killed, and the slot thawed."""
         if self._track is None:
             return
+        self.kills += 1
         path = f"/proc/self/fd/{self._track}/c{number}"
         if not spawners.intersection(self._slot_pids(number)):
             kill_all(path)

@@ -160,6 +160,7 @@ class Commands:
         self.again = {}  # spawn number -> when a command not delivered, or refused at its spawn, is handed again
         self.ended = set()  # pids of spawners lost, or ended as spares, until reaped
         self.hearing = False  # (reaped() reads what every spawner said, not from within itself)
+        self.uncharged = None  # cgroups.kills when a check last charged fresh refusals to no one
 
     def cancel(self, connection, request):
         command = connection.commands.get(request)
@@ -578,11 +579,14 @@ class Commands:
         """The slots forks refused now are charged to: none once the bound no longer holds
         (a bomb being killed refuses its last forks as it dies, and its zombies, which only
         the init's reaping releases, keep the count up meanwhile: counting processes per
-        slot cannot find it); else the leftovers of ended commands, if any (a fork bomb in
-        the background: the usual shape); else the running command holding the most
-        processes (every running one, where nothing tells them apart)."""
+        slot cannot find it), but for the leftovers of ended commands when forks were
+        refused again since a check that charged them to no one and nothing was killed
+        meanwhile (a bomb in the background churns: the init reaps its dead at once, so the
+        count, read now, is mostly below the bound it keeps hitting); else those leftovers,
+        if any (a fork bomb in the background: the usual shape); else the running command
+        holding the most processes (every running one, where nothing tells them apart)."""
         if self.meter.at_processes_bound() is False:
-            return set()
+            return set(self.lingering) if self.uncharged == self.cgroups.kills else set()
         if self.lingering:
             return set(self.lingering)
         running = {c.slot for c in self.commands.values()}
@@ -605,6 +609,7 @@ class Commands:
         them alone."""
         refused = self.meter.events()[1]
         charged = self._refusals_charged_to()
+        self.uncharged = None if charged or self.cgroups is None else self.cgroups.kills
         for slot in charged & set(self.lingering):
             self.cgroups.kill_slot(slot, self.spawner_pids())
         for command in list(self.commands.values()):
