@@ -94,13 +94,20 @@ def _asks_for_askers(execution, call_next):
     return ask("the asker's writes need a human") if execution.agent == "asker" else call_next()
 
 
+def _connect(name, **options):
+    """A registry connected as ``dsh-actors serve`` connects its own: every agent's scope on
+    the registry's shared scope hosts (a gateway's agents come and go; a host of its own
+    each would be a process per agent, and the module's tests name about thirty)."""
+    return ToolRegistry.connect(name, scope_hosting="shared", **options)
+
+
 @pytest.fixture(scope="module")
 def gateway(ray_cluster, tmp_path_factory):
     """One registry and one gateway (two replicas) for the module: Serve starts in seconds."""
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     name, folder = f"mcp-{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("marks")
-    registry = ToolRegistry.connect(name)
+    registry = _connect(name)
     for definition in _tools(folder):
         registry.register(definition).result(T)
     registry.scope("reader").restrict(deny=["write"]).result(T)
@@ -645,7 +652,7 @@ def test_a_second_gateway_serves_a_code_mode_registrys_run_code_beside_the_first
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     marks, _, url, _ = gateway
-    coded = ToolRegistry.connect(f"mcp-code-{uuid.uuid4().hex[:8]}", mode="code",
+    coded = _connect(f"mcp-code-{uuid.uuid4().hex[:8]}", mode="code",
                                  code_runtime=CodeRuntimeConfig(backend="cpython", compute_ms=5000, max_wall_ms=60_000))
     try:
         for definition in _tools(tmp_path):
@@ -731,7 +738,7 @@ def test_each_agent_works_in_an_environment_of_its_own_started_at_its_first_call
 
     for agent in ("ann", "ben"):
         (tmp_path / agent).mkdir()
-    walled = ToolRegistry.connect(f"mcp-env-{uuid.uuid4().hex[:8]}")
+    walled = _connect(f"mcp-env-{uuid.uuid4().hex[:8]}")
     env_ids = [env_id_of(f"{walled.name}/{agent}") for agent in ("ann", "ben")]
     try:
         for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
@@ -777,7 +784,7 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
     from dsh_actors.tools import AgentWorkspaces, reference_tools
 
     (tmp_path / "cat").mkdir()
-    walled = ToolRegistry.connect(f"mcp-nodes-{uuid.uuid4().hex[:8]}")
+    walled = _connect(f"mcp-nodes-{uuid.uuid4().hex[:8]}")
     env_id = env_id_of(f"{walled.name}/cat")
     try:
         for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
@@ -818,7 +825,7 @@ def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_s
 
     idle_s = 4.0
     (tmp_path / "dot").mkdir()
-    walled = ToolRegistry.connect(f"mcp-idle-{uuid.uuid4().hex[:8]}")
+    walled = _connect(f"mcp-idle-{uuid.uuid4().hex[:8]}")
     env_id = env_id_of(f"{walled.name}/dot")
     try:
         for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name, idle_s=idle_s)):
@@ -879,7 +886,7 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
 
     marker = str(3000 + os.getpid() % 1000)
     (tmp_path / "eve").mkdir()
-    walled = ToolRegistry.connect(f"mcp-host-{uuid.uuid4().hex[:8]}")
+    walled = _connect(f"mcp-host-{uuid.uuid4().hex[:8]}")
     try:
         for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
             walled.register(definition).result(T)
