@@ -82,7 +82,10 @@ def test_commands_after_a_fork_bomb_left_in_the_background_start_and_the_bomb_en
     spawns are refused until the bomb's leftovers are killed, so they are killed and the
     commands handed again (they used to end with the bound, unrun: 7 to 15 of 40)."""
     env = envs(processes=32)
-    assert envs.sh(env, "b() { b | b & }; b").exit_code == 0  # its bash returns; the bomb goes on
+    bomb = envs.sh(env, "b() { b | b & }; b")  # its bash returns; the bomb goes on
+    # (On a loaded machine the bomb may fill the bound before its bash is reaped: then the
+    # running command is the one holding it, and it ends with the bound, the bomb with it.)
+    assert (bomb.exit_code, bomb.bound) in ((0, None), (None, "processes"))
     after = [envs.sh(env, f"echo {k} >> ran.txt; echo ok") for k in range(5)]
     assert [(r.exit_code, r.bound, r.output) for r in after] == [(0, None, b"ok\n")] * 5
     assert envs.sh(env, "cat ran.txt").output == b"0\n1\n2\n3\n4\n"  # each ran once
