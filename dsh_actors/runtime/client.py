@@ -30,7 +30,7 @@ from ..core.types import ToolDefinition, ToolExecutionResult, ToolSchema
 from .caller.calls import Call, CallInput
 from .errors import RAY_ERROR, RegistryUnavailableError
 from .caller.link import RegistryLink
-from .caller.owner import owner
+from .caller.owner import forget, owner
 from .local import ensure_ray
 from .registry.registry_actor import REGISTRY_OPTIONS, RegistryActor
 from .registry.registry_config import RegistryConfig
@@ -335,7 +335,8 @@ class ToolRegistry(_Registrar):
 
     def shutdown(self) -> None:
         """Kill the registry actor and every scope host it made (ends the registry; its
-        executors and queues end with it, once they flushed their spans)."""
+        executors and queues end with it, once they flushed their spans), and drop what this
+        process kept of it (its plans, and with them the policy actors' handles they hold)."""
         handle = self._handle()
         try:
             scopes = ray.get(handle.scope_handles.remote(), timeout=30)
@@ -348,6 +349,7 @@ class ToolRegistry(_Registrar):
         for scope in scopes:
             release(scope)
         ray.kill(handle)
+        forget(self.name, self.namespace)
 
 
 class AgentScope(_Registrar):

@@ -6,8 +6,11 @@ import textwrap
 import time
 
 import pytest
+import ray
 
-from .fixtures import echo, shares_one_host_registry
+from dsh_actors import CONTINUE
+
+from .fixtures import echo, pid_of, process_alive, shares_one_host_registry
 
 pytestmark = shares_one_host_registry
 
@@ -89,3 +92,31 @@ def test_a_detached_registry_outlives_the_driver_that_created_it(ray_cluster):
         assert result.text == "still here"
     finally:
         registry.shutdown()
+
+
+@ray.remote(num_cpus=0)
+class _Gate:
+    def gate(self, execution):
+        return CONTINUE
+
+
+def test_a_policy_actor_given_only_to_a_registry_ends_when_the_registry_is_shut_down(ray_cluster):
+    """The driver's handle on a policy actor goes into a listener and is dropped; the call
+    that ran through it made this process fetch a plan naming it. Shutting the registry
+    down here drops that too, so the actor's process ends with the registry (it lived as
+    long as the driver: one such set per registry a long-lived driver ever made)."""
+    from dsh_actors.runtime import ToolRegistry, actor_listener
+
+    registry = ToolRegistry.connect(f"ends-{time.monotonic_ns()}", executors=1)
+    registry.register(echo()).result(T)
+    gate = _Gate.remote()
+    pid = pid_of(gate)
+    registry.on("tools/pre-execute", actor_listener(gate, "gate")).result(T)
+    del gate
+    assert not registry.scope("agent").execute(call_id="1", name="echo", arguments={"text": "x"}).result(T).is_error
+    assert process_alive(pid)  # the registry holds it
+    registry.shutdown()
+    deadline = time.monotonic() + T
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not process_alive(pid), "the policy actor outlived its registry"

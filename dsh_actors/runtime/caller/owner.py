@@ -24,7 +24,7 @@ from .transport import LocalTransport, RemoteTransport
 from ..process import current
 from ..version import version_key
 
-__all__ = ["RegistryOwner", "owner"]
+__all__ = ["RegistryOwner", "forget", "owner"]
 
 
 class RegistryOwner:
@@ -56,3 +56,15 @@ def owner(name: str, namespace: str) -> RegistryOwner:
             if found is None:
                 found = state.owners[key] = RegistryOwner(name, namespace)
     return found  # type: ignore[no-any-return]
+
+
+def forget(name: str, namespace: str) -> None:
+    """Drop this process's owner of registry ``name`` in ``namespace``: its registry was
+    ended here. What the owner kept goes with it — the plans it fetched hold the handles
+    of the policy actors they name, which then never died, one set per registry a
+    long-lived driver ever made. A later ``connect`` to that name makes a new owner."""
+    state = current()
+    with state.lock:
+        gone = state.owners.pop((namespace, name), None)
+    if gone is not None:
+        gone.plans.clear()  # (a client of the ended registry may still hold its owner)

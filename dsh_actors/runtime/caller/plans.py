@@ -168,6 +168,11 @@ class PlanCache:
             self._incarnation = self._link.incarnation
         return self._tickets.get(agent)
 
+    def clear(self) -> None:
+        """Drop every ticket and fetched plan (the registry ended)."""
+        self._tickets.clear()
+        self._fetched.clear()
+
     def forget(self, agent: str) -> None:
         """Drop ``agent``'s ticket (its scope closed: a new one of that id starts empty)."""
         self._tickets.pop(agent, None)
