@@ -233,8 +233,17 @@ def process_alive(pid):
 
 
 def pid_of(handle, timeout_s=60):
-    """The id of actor ``handle``'s process (asked of the actor itself)."""
-    return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=timeout_s)
+    """The id of actor ``handle``'s process (asked of the actor itself; one that Ray is
+    restarting is asked again until its next process answers, within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()),
+                           timeout=max(1.0, deadline - time.monotonic()))
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def kill_and_wait(handle, within_s=60):
