@@ -40,6 +40,7 @@ idle spell waits for an RCU grace period (about 8 ms on these machines).
 
 import os
 import signal
+import time
 
 ROLES = ("memory", "pids", "track", "cpu")
 
@@ -180,6 +181,38 @@ def kill_all(directory):
             return
 
 
+FREEZE_WAIT_S = 1.0
+"""How long :func:`_freeze` waits for every process of a cgroup to be frozen (a few ms on
+these machines, mostly; a process stuck in the kernel delays it)."""
+
+
+KILL_WAIT_S = 1.0
+"""How long :meth:`EnvCgroups.kill_slot` waits for what it killed to exit (a few ms on these
+machines; a process stuck in the kernel takes longer, and is left to die meanwhile)."""
+
+
+def _freeze(path):
+    """Freeze the cgroup at ``path`` and wait until it says every process in it is: one in the
+    middle of a fork is not until its child is in the cgroup, frozen too, so a listing read
+    then holds each process that could ever run there. Whether it is (``False`` on cgroup v1,
+    or if it is not frozen within :data:`FREEZE_WAIT_S`)."""
+    try:
+        _write(os.path.join(path, "cgroup.freeze"), "1")
+    except OSError:
+        return False
+    deadline = time.monotonic() + FREEZE_WAIT_S
+    while True:
+        try:
+            with open(os.path.join(path, "cgroup.events")) as handle:
+                if "frozen 1" in handle.read().split("\n"):
+                    return True
+        except OSError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
 def remove_tree(directory):
     """Remove a cgroup and every cgroup below it, deepest first (those still holding a
     process stay; the caller kills them first). Whether it is gone."""
@@ -261,11 +294,12 @@ class EnvCgroups:
         self.plan, self.folders = plan, folders
         self._track = None        # the tracking hierarchy's box, a directory descriptor
         self._slot_fds = {}       # slot -> its c<j>/cgroup.procs (written) and cgroup.events (read)
+        self._threads = None      # the file listing a tracking cgroup's threads
         self._counters = {}
-        self.kills = 0            # slots emptied so far (a refusal after one may be its bomb dying)
         for parent, folder in zip(plan, folders):
             if "track" in parent["roles"]:
                 self._track = os.open("box", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
+                self._threads = "cgroup.threads" if parent["version"] == 2 else "tasks"
             for role, filename in (("memory", "memory.oom_control" if parent["version"] == 1 else "memory.events"),
                                    ("pids", "pids.events"), ("tasks", "pids.current"),
                                    ("cpu", "cpuacct.usage" if parent["version"] == 1 else "cpu.stat")):
@@ -326,34 +360,36 @@ class EnvCgroups:
 
     def kill_slot(self, number, spawners):
         """Kill every process in slot ``number`` but the ``spawners`` (pids; one is parked
-        there, usually): at once with ``cgroup.kill`` when none is there; else the slot
-        frozen (nothing in it forks meanwhile), each of the others killed, and the slot thawed."""
+        there, usually), and wait until they have exited (up to :data:`KILL_WAIT_S`), so a
+        fork the processes bound refuses from then on is not theirs. At once with
+        ``cgroup.kill`` when no spawner is there; else the slot is frozen (once it is, nothing
+        in it is mid-fork, so one listing holds every process), the others are killed, and
+        the slot is thawed."""
         if self._track is None:
             return
-        self.kills += 1
         path = f"/proc/self/fd/{self._track}/c{number}"
         if not spawners.intersection(self._slot_pids(number)):
             kill_all(path)
-            return
-        try:
-            _write(os.path.join(path, "cgroup.freeze"), "1")
-        except OSError:
-            pass  # cgroup v1 (pids as the tracking hierarchy): no freezer here; kill until none is left
-        try:
-            for _ in range(100):
-                others = [pid for pid in self._slot_pids(number) if pid not in spawners]
-                if not others:
-                    return
-                for pid in others:
-                    try:
-                        os.kill(pid, signal.SIGKILL)  # delivered to frozen processes too
-                    except OSError:
-                        pass
-        finally:
+        else:
+            frozen = _freeze(path)
             try:
-                _write(os.path.join(path, "cgroup.freeze"), "0")
-            except OSError:
-                pass
+                for _ in range(1 if frozen else 100):  # (cgroup v1 has no freezer: kill until none is left)
+                    others = [pid for pid in self._slot_pids(number) if pid not in spawners]
+                    for pid in others:
+                        try:
+                            os.kill(pid, signal.SIGKILL)  # delivered to frozen processes too
+                        except OSError:
+                            pass
+                    if not others:
+                        break
+            finally:
+                try:
+                    _write(os.path.join(path, "cgroup.freeze"), "0")
+                except OSError:
+                    pass
+        deadline = time.monotonic() + KILL_WAIT_S
+        while self.slot_busy(number, spawners) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     # counters
 
@@ -373,6 +409,24 @@ class EnvCgroups:
         """How many forks the pids bound refused so far."""
         return _field(self._read("pids"), "max")
 
+    def live_tasks(self):
+        """How many threads the command slots hold that have not begun to exit (``pids.current``
+        counts those until they are reaped too), or ``None`` without a tracking hierarchy."""
+        if self._track is None:
+            return None
+        total = 0
+        for name in os.listdir(self._track):
+            if name.startswith("c") and name[1:].isdigit():
+                try:
+                    fd = os.open(f"{name}/{self._threads}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._track)
+                except OSError:
+                    continue
+                try:
+                    total += len(_read_all(fd).split())
+                finally:
+                    os.close(fd)
+        return total
+
     def tasks(self):
         """How many processes the bounded cgroup holds now, or ``None`` without a pids hierarchy."""
         text = self._read("tasks").strip()
@@ -389,6 +443,15 @@ class EnvCgroups:
             return int(text.strip()) / 1e9
         except ValueError:
             return None
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def _write_at(folder, name, text):

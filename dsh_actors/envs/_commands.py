@@ -160,7 +160,6 @@ class Commands:
         self.again = {}  # spawn number -> when a command not delivered, or refused at its spawn, is handed again
         self.ended = set()  # pids of spawners lost, or ended as spares, until reaped
         self.hearing = False  # (reaped() reads what every spawner said, not from within itself)
-        self.uncharged = None  # cgroups.kills when a check last charged fresh refusals to no one
 
     def cancel(self, connection, request):
         command = connection.commands.get(request)
@@ -391,7 +390,10 @@ class Commands:
         """Kill what ended commands left running, and reap what the init may (their processes
         and zombies hold the processes bound until then)."""
         for slot in self.lingering:
-            self.cgroups.kill_slot(slot, self.spawner_pids())
+            self._empty_slot(slot)
+        self._reap_now()
+
+    def _reap_now(self):
         for pid, status in _children.reaped_now():
             self.reaped(pid, status)
 
@@ -487,7 +489,7 @@ class Commands:
         if command.bound is None:
             command.bound = self._bound_during(command) or self.meter.check_life(full=False)
             if command.bound is not None and self.cgroups is not None:
-                self.cgroups.kill_slot(command.slot, self.spawner_pids())  # what it left running goes with it
+                self._empty_slot(command.slot)  # what it left running goes with it
         command.connection.send(_wire.ok(command.request, command.result()))
         self._discard(command)
 
@@ -506,7 +508,7 @@ class Commands:
         """Kill everything ``command`` started (its slot; without cgroups, its session)."""
         command.bound, command.killed = command.bound or bound, True
         if self.cgroups is not None:
-            self.cgroups.kill_slot(command.slot, self.spawner_pids())
+            self._empty_slot(command.slot)
         elif command.pid is not None:
             try:
                 os.killpg(command.pid, signal.SIGKILL)
@@ -561,7 +563,7 @@ class Commands:
         spent = self.meter.check_life(full=True)
         if spent is not None:
             for slot in self.lingering:
-                self.cgroups.kill_slot(slot, self.spawner_pids())
+                self._empty_slot(slot)
             for command in list(self.commands.values()):
                 self.kill(command, spent)
             return
@@ -576,21 +578,20 @@ class Commands:
                 self.kill(command, bound)
 
     def _refusals_charged_to(self):
-        """The slots forks refused now are charged to: none once the bound no longer holds
-        (a bomb being killed refuses its last forks as it dies, and its zombies, which only
-        the init's reaping releases, keep the count up meanwhile: counting processes per
-        slot cannot find it), but for the leftovers of ended commands when forks were
-        refused again since a check that charged them to no one and nothing was killed
-        meanwhile (a bomb in the background churns: the init reaps its dead at once, so the
-        count, read now, is mostly below the bound it keeps hitting); else those leftovers,
-        if any (a fork bomb in the background: the usual shape); else the running command
-        holding the most processes (every running one, where nothing tells them apart)."""
+        """The slots the forks refused since the last kill are charged to (those before it
+        were charged then, once what it killed had exited: each one since is a live
+        process's): the leftovers of ended commands still running, if any (a fork bomb in
+        the background, the usual shape: it churns, so the count read now may be below the
+        bound it keeps hitting); else, while the bound holds, the running command holding
+        the most processes (every running one, where nothing tells them apart); else none."""
+        spawners = self.spawner_pids()
+        leftovers = {slot for slot in self.lingering if self.cgroups.slot_busy(slot, spawners)}
+        if leftovers:
+            return leftovers
         if self.meter.at_processes_bound() is False:
-            return set(self.lingering) if self.uncharged == self.cgroups.kills else set()
-        if self.lingering:
-            return set(self.lingering)
+            return set()
         running = {c.slot for c in self.commands.values()}
-        crowded = self.cgroups.crowded(running, self.spawner_pids()) if self.cgroups is not None else None
+        crowded = self.cgroups.crowded(running, spawners)
         return {crowded} if crowded is not None else running
 
     def _bound_during(self, command):
@@ -606,15 +607,28 @@ class Commands:
     def _stop_charged(self):
         """The processes bound refused forks: stop the slots they are charged to (leftovers
         are killed; a running command ends with the bound) and charge the refusals so far to
-        them alone."""
-        refused = self.meter.events()[1]
+        them alone. What has ended is reaped first: the orphans of a bomb that died of the
+        bound (bash gives up when a fork stays refused) hold the count until then."""
+        self._reap_now()
         charged = self._refusals_charged_to()
-        self.uncharged = None if charged or self.cgroups is None else self.cgroups.kills
         for slot in charged & set(self.lingering):
-            self.cgroups.kill_slot(slot, self.spawner_pids())
+            self._empty_slot(slot)
         for command in list(self.commands.values()):
             if command.slot in charged:
                 self.kill(command, "processes")
+        self._refusals_so_far_charged()
+
+    def _empty_slot(self, slot):
+        """Kill what runs in ``slot`` (the spawners aside) and wait for it to exit: the forks
+        refused until then are charged to it (or to no one), not to what still runs."""
+        self.cgroups.kill_slot(slot, self.spawner_pids())
+        self._refusals_so_far_charged()
+
+    def _refusals_so_far_charged(self):
+        """No check and no command's end counts the forks refused so far again."""
+        self.meter.new_refusals()
+        refused = self.meter.events()[1]
+        for command in self.commands.values():
             command.before = (command.before[0], max(command.before[1], refused))
 
     def _place(self):

@@ -138,10 +138,13 @@ class Meter:
         return max(0, self.disk_limit - self.written(full=True))
 
     def at_processes_bound(self):
-        """Whether the processes bound is (nearly) reached now: a refused fork is charged to
-        someone only while it is, since one refused by a bomb already being killed is not
-        the doing of the commands left (``None``: nothing to read it from)."""
-        tasks = self.cgroups.tasks() if self.cgroups is not None else None
+        """Whether the processes bound is (nearly) reached now, by live processes (those
+        exiting, and zombies until reaped, hold the bound too: after a bomb dies of it, for a
+        moment, or longer on a loaded machine): a refused fork is charged to a running
+        command only while it is (``None``: nothing to read it from)."""
+        tasks = None if self.cgroups is None else self.cgroups.live_tasks()
+        if tasks is None and self.cgroups is not None:
+            tasks = self.cgroups.tasks()
         return None if tasks is None else tasks >= self.processes * 0.9
 
     def too_many_processes(self):
