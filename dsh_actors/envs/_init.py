@@ -100,6 +100,17 @@ def _unshare_flags(mechanisms):
     return flags
 
 
+def _process_limit(processes, cgroups):
+    """The uid's ``RLIMIT_NPROC``. It is the processes bound where no pids cgroup is (the init
+    and a spawner are counted too). Where one is, it is only a backstop, set well above the
+    cgroup's: the uid's count also holds processes that are exiting (a v1 pids cgroup has let
+    go of them already) and the zombies not yet reaped, and a fork it refuses leaves no event
+    the init can read, so a fork bomb that met it first would go on churning, uncharged."""
+    if cgroups is not None and cgroups.tasks() is not None:
+        return 2 * processes + 16
+    return processes + 2
+
+
 def _cgroup_folders(channel):
     """The descriptors of the environment's cgroup folders, once the warden made them."""
     data, fds = _wire.recv_fds(channel, 4096, 16)
@@ -160,7 +171,7 @@ def main(config, *, alive_fd, channel, program):
         if config["cgroups"]:
             cgroups = _cgroups.EnvCgroups(config["cgroups"], _cgroup_folders(channel))
         meter = Meter(cgroups, cpu_s=env["cpu_s"], disk_bytes=env["disk_bytes"], processes=env["processes"])
-        _confine.set_limits(file_bytes=env["disk_bytes"], processes=env["processes"] + 2,
+        _confine.set_limits(file_bytes=env["disk_bytes"], processes=_process_limit(env["processes"], cgroups),
                             memory_bytes=None if cgroups is not None else env["memory_bytes"])
         os.umask(0o022)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # PID 1 gets only the signals it handles

@@ -77,6 +77,41 @@ def test_a_fork_bomb_in_the_background_is_not_charged_to_the_command_running_bes
     assert wait_until(lambda: no_commands_left(env), 10)  # the bomb's slot was the one stopped
 
 
+def test_the_processes_bound_refuses_a_fork_before_the_uids_own_limit_does(envs):
+    """A fork the uid's RLIMIT_NPROC refuses leaves no event the init reads; the uid's count
+    also holds processes exiting and zombies unreaped, so a churning bomb that met that limit
+    first went on for good (seen: 1 in 150 bombs here, and on CI). With a pids cgroup, the
+    limit stands well above the bound: zombies a command keeps fill the bound, not the limit."""
+    env = envs(processes=24)
+    program = ("import os, time\n"
+               "zombies = [os.fork() or os._exit(0) for _ in range(12)]\n"  # children that exit, never reaped
+               "limit = open('/proc/self/limits').read().split('Max processes')[1].split()[0]\n"
+               "live = 0\n"
+               "try:\n"
+               "    while live < 40:\n"
+               "        if os.fork() == 0:\n"
+               "            time.sleep(5); os._exit(0)\n"
+               "        live += 1\n"
+               "except OSError:\n"
+               "    pass\n"
+               "print(limit, live)\n")
+    Path(env.spec.workspace, "zombies.py").write_text(program)
+    result = envs.sh(env, "python3 zombies.py", timeout_s=30)
+    limit, live = map(int, result.output.split())
+    assert limit >= 2 * 24 and live < 24 - 12  # the 12 zombies count against the bound
+    assert refused_forks(env) > 0  # and the bound is what refused the fork: the init can tell
+
+
+def refused_forks(env):
+    """The forks the environment's pids cgroup refused so far, read on the host, from the
+    ``box`` cgroup its spawner is in (v1 pids), or above (v2: the spawner is in a slot)."""
+    spawner = next(pid for pid in processes_of(env.uid)
+                   if Path(f"/proc/{pid}/comm").read_text().startswith("dsh-envs-spawn"))
+    paths = dict(line.split(":", 2)[1:] for line in Path(f"/proc/{spawner}/cgroup").read_text().splitlines())
+    box = Path("/sys/fs/cgroup/pids" + paths["pids"]) if "pids" in paths else Path("/sys/fs/cgroup" + paths[""]).parent
+    return int((box / "pids.events").read_text().split()[1])
+
+
 def test_commands_after_a_fork_bomb_left_in_the_background_start_and_the_bomb_ends(envs):
     """The bomb fills the processes bound after its command returned: the next commands'
     spawns are refused until the bomb's leftovers are killed, so they are killed and the
