@@ -251,9 +251,18 @@ def kill_and_wait(handle, within_s=60):
     the actor can still take calls, so a call made right after it may be answered."""
     pid = pid_of(handle, within_s)
     ray.kill(handle)
+    wait_gone([pid], within_s)
+
+
+def wait_gone(pids, within_s=60.0):
+    """Until none of ``pids`` is a live process (see :func:`process_alive`); an
+    ``AssertionError`` if one still runs ``within_s`` later."""
     deadline = time.monotonic() + within_s
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    for pid in pids:
+        while process_alive(pid):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"process {pid} still runs {within_s} s on")
+            time.sleep(0.01)
 
 
 # --- registries: a test's own, or one borrowed from its module ---------------------------

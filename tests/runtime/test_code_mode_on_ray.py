@@ -14,7 +14,7 @@ from dsh_actors.codemode.runtime import CodeRuntimeConfig
 from dsh_actors.runtime import ToolRegistry
 from dsh_actors.runtime.session.client import SessionLog
 
-from .fixtures import ONE_SCOPE_HOST, Recorder, echo, pid_of, process_alive
+from .fixtures import ONE_SCOPE_HOST, Recorder, echo, pid_of, wait_gone
 
 T = 120
 
@@ -197,7 +197,7 @@ def test_a_killed_queue_actor_fails_its_run_with_a_coded_result_and_later_runs_w
                 else:
                     os.kill(pid, signal.SIGKILL)
             result = await asyncio.wait_for(run, T)
-            _wait_gone(pids)  # a run sent to a queue still dying may reach it (and die with it)
+            wait_gone(pids)  # a run sent to a queue still dying may reach it (and die with it)
             return result
 
         result = asyncio.run(scenario())  # the run died with the queue that hosted it: one coded result
@@ -238,7 +238,7 @@ def test_runs_made_right_after_idle_queues_die_go_to_live_queues_and_each_runs_o
                 ray.kill(queue)
             else:
                 os.kill(pid, signal.SIGKILL)
-        _wait_gone(pids)  # dead, not dying: a run sent now cannot have reached them
+        wait_gone(pids)  # dead, not dying: a run sent now cannot have reached them
         after = [registry.execute(call_id=f"a{i}", name="run_code",
                                   arguments={"code": f'return await tools.echo(text="after {i}")'}) for i in range(6)]
         assert [r.result(T).text for r in after] == [f"after {i}" for i in range(6)]  # none lost, none crashed
@@ -263,18 +263,6 @@ def test_in_task_sub_calls_run_on_the_runs_own_executor_without_a_ray_hop(ray_cl
         assert len(set(eval(ran.text))) == 1 and {int(p) for p in eval(ran.text)} <= pids  # ... a run's sub-calls stay home
     finally:
         registry.shutdown()
-
-
-def _wait_gone(pids, within=60.0):
-    """Until none of ``pids`` is a live process (gone, or a zombie left for its parent)."""
-    deadline = time.monotonic() + within
-    for pid in pids:
-        while time.monotonic() < deadline:
-            if not process_alive(pid):
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError(f"process {pid} still runs {within} s after it was killed")
 
 
 def _children(pid):

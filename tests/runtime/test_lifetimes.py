@@ -10,7 +10,7 @@ import ray
 
 from dsh_actors import CONTINUE
 
-from .fixtures import echo, pid_of, process_alive, shares_one_host_registry
+from .fixtures import echo, pid_of, process_alive, shares_one_host_registry, wait_gone
 
 pytestmark = shares_one_host_registry
 
@@ -116,7 +116,4 @@ def test_a_policy_actor_given_only_to_a_registry_ends_when_the_registry_is_shut_
     assert not registry.scope("agent").execute(call_id="1", name="echo", arguments={"text": "x"}).result(T).is_error
     assert process_alive(pid)  # the registry holds it
     registry.shutdown()
-    deadline = time.monotonic() + T
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not process_alive(pid), "the policy actor outlived its registry"
+    wait_gone([pid], T)  # else the policy actor outlived its registry
