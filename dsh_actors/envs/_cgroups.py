@@ -152,6 +152,11 @@ def _write(path, text):
         handle.write(text)
 
 
+def _text(path):
+    with open(path) as handle:
+        return handle.read()
+
+
 def _pids(directory):
     try:
         with open(os.path.join(directory, "cgroup.procs")) as handle:
@@ -200,17 +205,21 @@ def _freeze(path):
         _write(os.path.join(path, "cgroup.freeze"), "1")
     except OSError:
         return False
-    deadline = time.monotonic() + FREEZE_WAIT_S
-    while True:
-        try:
-            with open(os.path.join(path, "cgroup.events")) as handle:
-                if "frozen 1" in handle.read().split("\n"):
-                    return True
-        except OSError:
-            return False
+    events = os.path.join(path, "cgroup.events")
+    try:
+        return _until(lambda: _field(_text(events), "frozen") == 1, FREEZE_WAIT_S)
+    except OSError:
+        return False
+
+
+def _until(done, within_s):
+    """Poll ``done()`` every ms until it is true or ``within_s`` passed: whether it is."""
+    deadline = time.monotonic() + within_s
+    while not done():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.001)
+    return True
 
 
 def remove_tree(directory):
@@ -387,9 +396,7 @@ class EnvCgroups:
                     _write(os.path.join(path, "cgroup.freeze"), "0")
                 except OSError:
                     pass
-        deadline = time.monotonic() + KILL_WAIT_S
-        while self.slot_busy(number, spawners) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        _until(lambda: not self.slot_busy(number, spawners), KILL_WAIT_S)
 
     # counters
 
@@ -418,13 +425,9 @@ class EnvCgroups:
         for name in os.listdir(self._track):
             if name.startswith("c") and name[1:].isdigit():
                 try:
-                    fd = os.open(f"{name}/{self._threads}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._track)
+                    total += len(_text(f"/proc/self/fd/{self._track}/{name}/{self._threads}").split())
                 except OSError:
-                    continue
-                try:
-                    total += len(_read_all(fd).split())
-                finally:
-                    os.close(fd)
+                    pass
         return total
 
     def tasks(self):
@@ -443,15 +446,6 @@ class EnvCgroups:
             return int(text.strip()) / 1e9
         except ValueError:
             return None
-
-
-def _read_all(fd):
-    chunks = []
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
 
 
 def _write_at(folder, name, text):

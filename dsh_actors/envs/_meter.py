@@ -142,8 +142,10 @@ class Meter:
         exiting, and zombies until reaped, hold the bound too: after a bomb dies of it, for a
         moment, or longer on a loaded machine): a refused fork is charged to a running
         command only while it is (``None``: nothing to read it from)."""
-        tasks = None if self.cgroups is None else self.cgroups.live_tasks()
-        if tasks is None and self.cgroups is not None:
+        if self.cgroups is None:
+            return None
+        tasks = self.cgroups.live_tasks()
+        if tasks is None:
             tasks = self.cgroups.tasks()
         return None if tasks is None else tasks >= self.processes * 0.9
 
