@@ -18,11 +18,10 @@ replica that dies takes none with it, and when the registry ends (``dsh-actors s
 stopped) the host ends its environments within seconds, every process in them killed.
 With ``idle_s``, one that no call used for that long ends too (its processes and its
 ``/tmp`` with it; the agent's folder stays), and the agent's next call starts a new one.
-Each replica tells the host an environment is used when a call starts using it and when
-it is done with it, at most once every quarter of ``idle_s``: what the host knows of a
-call's start may be that much older, so a command is safe from an idle end only while it
-runs less than three quarters of ``idle_s`` (set ``idle_s`` above 4/3 of the longest
-command's timeout).
+Each replica tells the host an environment is used when a call starts using it, every
+quarter of ``idle_s`` while a command runs in it, and when the call is done with it (at
+most once a quarter of ``idle_s`` in all): the host hears of a use at least every half of
+``idle_s`` while any runs, so a command of any length is safe from an idle end.
 """
 
 from __future__ import annotations
@@ -78,7 +77,8 @@ class GatewayEnvironments(AgentEnvironments):
         place = await super().place(ctx)
         if self.idle_s is None:
             return place
-        return _Touching(place, lambda: self._touch(env_id_of(agent_session(self.sessions, ctx.agent))))
+        return _Touching(place, lambda: self._touch(env_id_of(agent_session(self.sessions, ctx.agent))),
+                         every_s=self.idle_s / 4)
 
     def _touch(self, env_id: str) -> None:
         """Tell the environment's host it is used (at most once a quarter of ``idle_s``)."""
@@ -196,10 +196,12 @@ class GatewayEnvironments(AgentEnvironments):
 
 
 class _Touching:
-    """A call's place that calls ``touch`` when each of its actions ends."""
+    """A call's place that calls ``touch`` when each of its actions ends, and every
+    ``every_s`` while a command runs (a heartbeat: the host must not take a long command's
+    environment for an idle one)."""
 
-    def __init__(self, place: Any, touch: Callable[[], None]) -> None:
-        self._place, self._touch = place, touch
+    def __init__(self, place: Any, touch: Callable[[], None], every_s: float) -> None:
+        self._place, self._touch, self._every_s = place, touch, every_s
         self.root = place.root
 
     async def _then_touch(self, action: Awaitable[Any]) -> Any:
@@ -215,5 +217,18 @@ class _Touching:
         await self._then_touch(self._place.write(path, data))
 
     async def run(self, command: str, *, timeout_s: float, max_output: int, signal: Any = None) -> Any:
-        return await self._then_touch(self._place.run(command, timeout_s=timeout_s, max_output=max_output,
-                                                      signal=signal))
+        return await self._then_touch(self._touching_while(
+            self._place.run(command, timeout_s=timeout_s, max_output=max_output, signal=signal)))
+
+    async def _touching_while(self, action: Awaitable[Any]) -> Any:
+        running = asyncio.ensure_future(action)
+        try:
+            while not (await asyncio.wait({running}, timeout=self._every_s))[0]:
+                self._touch()
+            return running.result()
+        finally:
+            if not running.done():  # this call was cancelled: the command with it, before it returns
+                running.cancel()
+                await asyncio.wait({running})
+                if not running.cancelled():
+                    running.exception()  # (what it ended with is the cancelled call's no more)

@@ -105,3 +105,52 @@ def test_the_gate_refuses_a_missing_token_and_another_agents_endpoint(tmp_path):
     statuses = asyncio.run(all_of())
     assert statuses == [200, 403, 401, 401, 200]
     assert sorted(reached) == ["/agents/alice/mcp", "/agents/bob/mcp"]  # nothing refused got through
+
+
+class _Place:
+    """A place whose command ends when ``until`` is set (or after 30 s), and says whether it
+    ran out or was cancelled."""
+
+    root = "/"
+
+    def __init__(self, until=None):
+        self.until, self.ended = until or asyncio.Event(), None
+
+    async def run(self, command, *, timeout_s, max_output, signal=None):
+        try:
+            await asyncio.wait_for(self.until.wait(), 30)
+        except asyncio.CancelledError:
+            self.ended = "cancelled"
+            raise
+        self.ended = "ran"
+        return command
+
+
+def test_a_running_command_touches_its_environment_while_it_runs_and_dies_with_its_call():
+    """The idle end's heartbeat (:mod:`dsh_actors.serve.environments`): a command that runs
+    until its environment was touched three times is touched while it runs (without the
+    heartbeat it would wait out its 30 s), then once as it ends; a call cancelled
+    mid-command cancels the command before it returns."""
+    from dsh_actors.serve.environments import _Touching
+
+    async def scenario():
+        touches, third = [], asyncio.Event()
+
+        def touch():
+            touches.append(1)
+            if len(touches) == 3:
+                third.set()
+
+        place = _Place(third)
+        assert await asyncio.wait_for(_Touching(place, touch, every_s=0.02).run("echo", timeout_s=5, max_output=9),
+                                      10) == "echo"
+        held = _Place()
+        call = asyncio.ensure_future(_Touching(held, lambda: None, every_s=0.02).run("x", timeout_s=5, max_output=1))
+        await asyncio.sleep(0.1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return len(touches), place.ended, held.ended
+
+    touches, ran, cancelled = asyncio.run(scenario())
+    assert touches >= 4 and (ran, cancelled) == ("ran", "cancelled")  # three beats, then the end's touch

@@ -814,8 +814,9 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
 
 def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_starts_a_new_one(gateway, tmp_path):
     """With ``idle_s``, an agent's environment lives on while calls keep using it (past the
-    limit in all), ends once none did for that long (its processes and private /tmp with
-    it), and the agent's next call gets a new one, its folder on the host kept."""
+    limit in all) and while one command runs longer than the limit, ends once none did for
+    that long (its processes and private /tmp with it), and the agent's next call gets a new
+    one, its folder on the host kept."""
     from mcp import Client
 
     from dsh_actors.runtime.envhost import env_id_of
@@ -846,6 +847,8 @@ def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_s
                 await asyncio.sleep(1)
 
         asyncio.run(busy())
+        # one command 1.5 times the limit: its replica tells the host it is used while it runs
+        assert asyncio.run(bash(f"sleep {1.5 * idle_s}; cat /tmp/mark")) == "kept"
         assert _environments_running([env_id]) == {env_id}  # used all along: still the first one
         deadline = time.monotonic() + T
         while _environments_running([env_id]) and time.monotonic() < deadline:
