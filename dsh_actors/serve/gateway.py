@@ -183,6 +183,8 @@ class _Calls:
         self.asking = AskingCalls(config.registry, config.namespace, ttl_s=config.ask_ttl_s)
         self._mode: str | None = None
         self._core: Any = None  # the executor running calls in this replica (calls_here)
+        self._telling: Any = None  # the registry being told of it (its future)
+        self._told_to = -1  # the incarnation of the registry's actor that has heard of it
 
     async def tools(self, agent: str) -> Mapping[str, Any] | None:
         """``agent``'s tools by name as of now (``None`` when they cannot be had: the
@@ -197,14 +199,26 @@ class _Calls:
         except Exception:  # noqa: BLE001 - a registry gone: the request's own handling says so
             return None
 
-    def _serve_calls_here(self) -> None:
+    async def _serve_calls_here(self) -> None:
         """Make this process an executor of the registry's for calls made on this event
-        loop (the replica's): they then run here, not on an executor actor."""
+        loop (the replica's): they then run here, not on an executor actor. Returns once
+        the registry has heard of it (again, when it is a new registry actor), so its
+        ``abort_agents`` reaches every call that runs here."""
+        from ..runtime.caller.owner import owner
+
+        link = owner(self.config.registry, self.config.namespace).link
+        if self._told_to == link.incarnation:
+            return  # (every call but the first: one comparison)
         if self._core is None:
             from ..runtime.executor.executor import ExecutorCore
 
             self._core = ExecutorCore(self.config.registry, self.config.namespace)
-            self._core.serve_as_guest()  # the registry's abort_agents reaches calls here too
+            self._telling = self._core.serve_as_guest()
+        elif self._telling is not None and self._telling.done():
+            self._telling = self._core.tell_registry()  # a new registry actor, which knows no guests
+        if self._telling is not None:
+            await asyncio.wait({self._telling})  # (a failure is logged; the call says why it fails itself)
+        self._told_to = link.incarnation
 
     async def answer(self, agent: str, params: types.CallToolRequestParams, version: str | None,
                      capabilities: types.ClientCapabilities | None,
@@ -237,7 +251,7 @@ class _Calls:
         from ..core.signal import AbortController
 
         if self.config.calls_here:
-            self._serve_calls_here()
+            await self._serve_calls_here()
         controller = AbortController()
         try:
             if progress is None:

@@ -467,20 +467,28 @@ class ExecutorCore(CallSurface, FlushesSpans):
         metrics.gauge_from("dsh_tool_calls_in_flight", lambda: self._in_flight)
         owner(self.registry, self.namespace).local = LocalTransport(self.execute_here, asyncio.get_running_loop())
 
-    def serve_as_guest(self) -> None:
+    def serve_as_guest(self) -> "asyncio.Future[Any] | None":
         """Run the calls this process makes on this loop, here — a process that is not one of
-        the registry's executor actors (a gateway replica): and tell the registry, so its
-        ``abort_agents`` reaches these calls as it reaches its executors' (once the registry
-        heard it; an actor only: a plain driver has no handle to be reached by)."""
+        the registry's executor actors (a gateway replica) — and tell the registry
+        (:meth:`tell_registry`), so its ``abort_agents`` reaches these calls as it reaches
+        its executors'."""
         self.serve_here()
         _GUESTS[(self.namespace, self.registry)] = self
+        return self.tell_registry()
+
+    def tell_registry(self) -> "asyncio.Future[Any] | None":
+        """Tell the registry this process runs calls of its (again for a new registry actor
+        of the same name, which knows no guests). The registry has heard once the returned
+        future is done; a call that runs before may miss an ``abort_agents``. ``None``: not
+        an actor (a plain driver has no handle to be reached by)."""
         try:
             actor = ray.get_runtime_context().current_actor
         except RuntimeError:
-            return
+            return None
         told = asyncio.ensure_future(owner(self.registry, self.namespace).link.call("add_guest", actor))
         _TELLING.add(told)
         told.add_done_callback(_told)
+        return told
 
     async def execute_here(self, envelope: bytes, plan_box: list[Any] | None, signal: AbortSignal | None) -> bytes:
         """:meth:`execute` for a call made in this executor's own process and loop (a Code
