@@ -41,6 +41,9 @@ INGRESS_TEXT = {
     "proxy": "its requests through Serve's HTTP proxy to its replicas, each call on the registry's executors",
 }
 CLIENTS = 50
+CLIENT_BUSY: list[float] = []
+"""Each measurement's share of its time that the client's thread (every client runs on this
+process's one event loop) spent on the CPU."""
 
 SDK_SERVER = '''
 import asyncio, sys, uvicorn
@@ -97,9 +100,11 @@ async def drive(url: str, tool: str, in_flight: int, calls: int) -> float:
                 result = await client.call_tool(tool, arguments)
                 assert not result.is_error, result
 
-        started = time.perf_counter()
+        started, thread_started = time.perf_counter(), time.thread_time()
         await asyncio.gather(*(lane(clients[k % len(clients)]) for k in range(in_flight)))
-        return calls / (time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        CLIENT_BUSY.append((time.thread_time() - thread_started) / wall)
+        return calls / wall
 
 
 class _clients:
@@ -207,7 +212,8 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
             row = [("CPU-trivial echo" if tool == "echo" else "100 ms tool"), str(in_flight), f"{sdk_rate:,.0f}"]
             for replicas in ("gateway, 1 replica", "gateway, 2 replicas"):
                 rate = statistics.median(seen[(tool, in_flight, replicas)])
-                row += [f"{rate:,.0f}", f"{statistics.median(ratios[(tool, in_flight, replicas)]):.2f}×"]
+                each = ratios[(tool, in_flight, replicas)]
+                row += [f"{rate:,.0f}", f"{statistics.median(each):.2f}× ({min(each):.2f}–{max(each):.2f})"]
             rows.append(row)
     body = table(["tool", "in flight", "SDK server calls/s", "gateway ×1 calls/s", "vs SDK", "gateway ×2 calls/s",
                   "vs SDK"], rows)
@@ -220,11 +226,14 @@ def main(calls: int, memory_calls: int, rounds: int, memory_only: bool = False, 
     body += "\n\n" + memory_table
     body += (f"\n\nThe official `mcp` client ({CLIENTS} clients, calls spread over them), {calls:,} calls per "
              f"measurement, median of {rounds} interleaved rounds (calls/s: the median rate; vs SDK: the median of "
-             "each round's ratio to the SDK's rate measured just before it). The SDK's server is `MCPServer` under uvicorn, "
+             "each round's ratio to the SDK's rate measured just before it, and in brackets the lowest and highest of "
+             "those ratios). The SDK's server is `MCPServer` under uvicorn, "
              f"one process, stateless JSON; the gateway: {INGRESS_TEXT[ingress]}, and each call runs the registry's "
              "pipeline as an agent. µs CPU/call: the CPU time of the server's processes (from `/proc`: the SDK's "
              "one process, the gateway's replicas) per call, median of the rounds; the client, in this process, "
-             "shares the 2 cores and spends more than either. Load average at "
+             "shares the 2 cores and spends more than either: its one thread was on the CPU "
+             f"{statistics.median(CLIENT_BUSY):.0%} of each measurement's time (median), so the rates are mostly "
+             "how fast the client can go against each server. Load average at "
              f"the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
     write_section("mcp_vs_sdk", "MCP gateway vs the official SDK's own server", body)
     print(body)
@@ -234,7 +243,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--memory-calls", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--memory-only", action="store_true",
                         help="only the memory over --memory-calls calls (SDK server, gateway with 1 replica)")
     parser.add_argument("--ingress", choices=["direct", "proxy"], default="direct")
