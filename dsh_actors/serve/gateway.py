@@ -170,6 +170,11 @@ class _AgentTools:
         await self.app(scope, receive, send)
 
 
+_TELL_S = 10.0
+"""How long a replica's first call waits for the registry to hear of the replica (a registry
+that answers nothing that long: the call goes on, and an abort may miss it)."""
+
+
 class _Calls:
     """A replica's way to the registry: calls as an agent (logged or not), and calls whose
     ask is put to the client (held in the approval queue until the client's retry)."""
@@ -216,8 +221,8 @@ class _Calls:
             self._telling = self._core.serve_as_guest()
         elif self._telling is not None and self._telling.done():
             self._telling = self._core.tell_registry()  # a new registry actor, which knows no guests
-        if self._telling is not None:
-            await asyncio.wait({self._telling})  # (a failure is logged; the call says why it fails itself)
+        if self._telling is not None:  # (a failure is logged; the call says why it fails itself)
+            await asyncio.wait({self._telling}, timeout=_TELL_S)
         self._told_to = link.incarnation
 
     async def answer(self, agent: str, params: types.CallToolRequestParams, version: str | None,
