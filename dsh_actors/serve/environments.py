@@ -11,7 +11,8 @@ that node's environment host. Replicas of one node that both start it at once sh
 (the host starts it under a lock); replicas of several nodes share one too: the node that
 starts it is claimed first in the cluster's KV store, and a replica elsewhere waits for
 that node's host to run it (it starts one itself only if that node is gone, or has not
-started it within :data:`CLAIM_WAIT_S` of its claim; see :mod:`~dsh_actors.runtime.env_claims`).
+started it within :data:`CLAIM_WAIT_S` of its claim, or that node's host restarted since the
+claim and does not start it; see :mod:`~dsh_actors.runtime.env_claims`).
 
 The environment belongs to the gateway's registry, not to the replica that started it: a
 replica that dies takes none with it, and when the registry ends (``dsh-actors serve``
@@ -46,6 +47,10 @@ CLAIM_WAIT_S = 60.0
 """How long after its claim a replica waits for the node that claimed an agent's
 environment to start it (a claim older than that whose environment does not run is taken over)."""
 CLAIM_POLL_S = 0.2
+CLAIM_GRACE_S = 15.0
+"""How long after its claim a replica takes a claimant's host that restarted since, and
+neither runs nor starts the environment, for one that will not (before: the claimant's
+first request to it, which makes the host on a node that had none, may still be on its way)."""
 _TAKEOVERS = 4
 """How many claimants in a row a replica waits for before it starts the environment itself."""
 
@@ -149,7 +154,7 @@ class GatewayEnvironments(AgentEnvironments):
             for _ in range(_TAKEOVERS):
                 if node == this_node():
                     break
-                found = await self._running_elsewhere(env_id, node, until=since + CLAIM_WAIT_S)
+                found = await self._running_elsewhere(env_id, node, since)
                 if found is not None:
                     node, where = found
                     hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
@@ -168,9 +173,11 @@ class GatewayEnvironments(AgentEnvironments):
             return await super().environment(ctx)
 
     async def _running_elsewhere(self, env_id: str, claimant: str | None = None,
-                                 until: float = 0.0) -> tuple[str, str] | None:
+                                 since: float = 0.0) -> tuple[str, str] | None:
         """Another node whose host runs ``env_id``, and its workspace there, if one does;
-        waiting until ``until`` (wall clock) for alive ``claimant``'s host to start it."""
+        waiting for alive ``claimant``'s host to start it, up to :data:`CLAIM_WAIT_S` after
+        its claim at ``since`` (wall clock) — less when that host restarted since and does
+        not start it."""
         here = this_node()
         while True:
             alive = [node["NodeID"] for node in await asyncio.to_thread(ray.nodes)
@@ -182,9 +189,18 @@ class GatewayEnvironments(AgentEnvironments):
                     continue
                 if found is not None:
                     return node, found[1]
-            if claimant not in alive or time.time() >= until:
+            now = time.time()
+            if claimant is None or claimant not in alive or now >= since + CLAIM_WAIT_S:
+                return None
+            if now >= since + CLAIM_GRACE_S and await self._forgot(claimant, env_id, since):
                 return None
             await asyncio.sleep(CLAIM_POLL_S)
+
+    async def _forgot(self, node: str, env_id: str, since: float) -> bool:
+        try:
+            return bool(await _ask_host(node, self.namespace, "forgot", env_id, since))
+        except Exception:  # noqa: BLE001 - its host cannot say: wait on, as for an answer of no
+            return False
 
     async def _owner(self) -> tuple[Any, str]:
         """The registry's actor and its process's incarnation: the environments end with it."""

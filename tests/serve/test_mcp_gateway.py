@@ -915,3 +915,72 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
     finally:
         stop_mcp(name="dsh-mcp-host")
         walled.shutdown()
+
+
+def _once_restarted(method):
+    """``method()``'s answer once its actor, restarting, takes calls again."""
+    deadline = time.monotonic() + T
+    while True:
+        try:
+            return ray.get(method.remote(), timeout=T)
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@ray.remote(num_cpus=0)
+class _Replica:
+    """Asks for an agent's environment as a gateway replica on its node would, at a call."""
+
+    async def use(self, environments, agent):
+        from types import SimpleNamespace
+
+        from dsh_actors.runtime.local import this_node
+
+        await environments.environment(SimpleNamespace(agent=agent))
+        return this_node(), time.time()
+
+
+def test_a_claim_whose_nodes_host_restarted_since_is_taken_over_without_waiting_out_the_claim(
+        ray_cluster, tmp_path):
+    """An agent's environment, claimed and started on one node, dies there with its host
+    (SIGKILL: Ray restarts the host, empty). A replica on the other node that never used it
+    then starts one on its own node once the grace after the claim is over — not only after
+    the whole wait for a claimant, which is for a host that may still be starting it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
+    from dsh_actors.serve.environments import CLAIM_WAIT_S, GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces
+    from tests.runtime.fixtures import wait_gone
+
+    (tmp_path / "ant").mkdir()
+    registry = _connect(f"mcp-claims-{uuid.uuid4().hex[:8]}")
+    environments = GatewayEnvironments(AgentWorkspaces(tmp_path), registry.name)
+    env_id = env_id_of(f"{registry.name}/ant")
+    special = ray_cluster["special_node"].node_id
+    head = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != special)
+    here, there = (_Replica.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+                   for node in (head, special))
+    try:
+        claimed_at = time.time()
+        node, _ = ray.get(here.use.remote(environments, "ant"), timeout=T)
+        assert node == head
+        host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
+        assert env_id in ray.get(host.running.remote(), timeout=T)
+        pid = ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T)
+        os.kill(pid, signal.SIGKILL)
+        wait_gone([pid], T)
+        assert env_id not in _once_restarted(host.running)  # restarted, empty; the claim stays
+        node, started_at = ray.get(there.use.remote(environments, "ant"), timeout=CLAIM_WAIT_S + T)
+        assert node == special
+        assert started_at - claimed_at < CLAIM_WAIT_S - 15, started_at - claimed_at  # not the claim's whole wait
+        assert env_id not in ray.get(host.running.remote(), timeout=T)
+        other = ray.get_actor(env_host_name(special), namespace=DEFAULT_NAMESPACE)
+        assert env_id in ray.get(other.running.remote(), timeout=T)
+    finally:
+        for replica in (here, there):
+            ray.kill(replica)
+        registry.shutdown()
