@@ -863,12 +863,14 @@ def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_s
 
 
 def _sleepers(marker):
-    """The processes of this machine whose command line is ``sleep <marker>`` (from /proc)."""
+    """The processes of this machine whose command line ends ``sleep <marker>`` (from /proc):
+    ``nohup sleep <marker>`` too, which a loaded machine may not have run ``exec`` in yet
+    when the command that started it in the background has answered."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if cmdline.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                if cmdline.read().split(b"\0")[-3:-1] == [b"sleep", marker.encode()]:
                     found.append(int(pid))
         except OSError:
             continue
@@ -902,6 +904,9 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
 
         assert asyncio.run(bash(f"echo kept > made.txt; echo old > /tmp/mark; nohup sleep {marker} >/dev/null 2>&1 &"
                                 " echo started")) == (None, "started")
+        deadline = time.monotonic() + T  # (its shell forked it; on a loaded machine it may exec a moment later)
+        while not _sleepers(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(_sleepers(marker)) == 1
         [host] = [h for h in _env_hosts() if env_id_of(f"{walled.name}/eve") in ray.get(h.running.remote(), timeout=T)]
         os.kill(ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T), signal.SIGKILL)
