@@ -922,18 +922,6 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
         walled.shutdown()
 
 
-def _once_restarted(method):
-    """``method()``'s answer once its actor, restarting, takes calls again."""
-    deadline = time.monotonic() + T
-    while True:
-        try:
-            return ray.get(method.remote(), timeout=T)
-        except ray.exceptions.ActorUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 @ray.remote(num_cpus=0)
 class _Replica:
     """Asks for an agent's environment as a gateway replica on its node would, at a call."""
@@ -959,7 +947,7 @@ def test_a_claim_whose_nodes_host_restarted_since_is_taken_over_without_waiting_
     from dsh_actors.runtime.wire import DEFAULT_NAMESPACE, env_host_name
     from dsh_actors.serve.environments import CLAIM_WAIT_S, GatewayEnvironments
     from dsh_actors.tools import AgentWorkspaces
-    from tests.runtime.fixtures import wait_gone
+    from tests.runtime.fixtures import pid_of, wait_gone
 
     (tmp_path / "ant").mkdir()
     registry = _connect(f"mcp-claims-{uuid.uuid4().hex[:8]}")
@@ -975,10 +963,11 @@ def test_a_claim_whose_nodes_host_restarted_since_is_taken_over_without_waiting_
         assert node == head
         host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
         assert env_id in ray.get(host.running.remote(), timeout=T)
-        pid = ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T)
+        pid = pid_of(host, T)
         os.kill(pid, signal.SIGKILL)
         wait_gone([pid], T)
-        assert env_id not in _once_restarted(host.running)  # restarted, empty; the claim stays
+        pid_of(host, T)  # (once its next process answers)
+        assert env_id not in ray.get(host.running.remote(), timeout=T)  # restarted, empty; the claim stays
         node, started_at = ray.get(there.use.remote(environments, "ant"), timeout=CLAIM_WAIT_S + T)
         assert node == special
         assert started_at - claimed_at < CLAIM_WAIT_S - 15, started_at - claimed_at  # not the claim's whole wait
