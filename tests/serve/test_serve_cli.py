@@ -32,6 +32,7 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
     (tmp_path / "mytools.py").write_text(PLUGIN)
     tokens = {"alice": "alice-" + "a" * 32, "bob": "bob-" + "b" * 32}
@@ -53,17 +54,19 @@ def test_the_cli_serves_your_tools_per_agent_until_it_is_stopped(cluster_env, tm
 
         async def note(agent, text, token=None, name="n.txt"):
             token = token or tokens.get(agent, tokens["bob"])
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            # The SDK's own client timeouts (a bare httpx client reads for 5 s only: a cold first
+            # call on a loaded machine can take longer).
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
             async with http, Client(streamable_http_client(url.format(agent=agent), http_client=http)) as client:
                 return await client.call_tool("note", {"name": name, "text": text})
 
         async def status(agent, token):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=60) as http:
                 return (await http.post(url.format(agent=agent), headers=headers, json={})).status_code
 
         async def listed(agent):
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[agent]}"})
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {tokens[agent]}"})
             async with http, Client(streamable_http_client(url.format(agent=agent), http_client=http)) as client:
                 return [(t.name, t.description) for t in (await client.list_tools()).tools]
 
