@@ -58,7 +58,11 @@ class Recorder:
 
     @classmethod
     def remote(cls):
-        tapes = Tapes.options(name=cls._NAME, namespace="dsh-tests", get_if_exists=True).remote()
+        # Detached: a named actor is still collected once no handle is left, and a test's
+        # get_if_exists could be handed one the last test's dropped handles were taking down.
+        # (It ends with the session's cluster.)
+        tapes = Tapes.options(name=cls._NAME, namespace="dsh-tests", get_if_exists=True,
+                              lifetime="detached").remote()
         return cls(tapes, os.urandom(8).hex())
 
     def __reduce__(self):  # travels as its actor handle and key
