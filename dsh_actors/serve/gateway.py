@@ -11,7 +11,8 @@ executors run the tool.
 An ask goes to the client when it can answer one through the protocol (:mod:`.asks`): the
 call keeps running in the replica that took it, held in the registry's approval queue
 (:mod:`~dsh_actors.runtime.registry.held`), and the client's retry — on any replica —
-answers the ask there and collects the result. Otherwise it waits in the approval queue
+answers the ask there and collects the result, hearing the progress its body reports
+meanwhile when the retry asks for progress. Otherwise it waits in the approval queue
 (answered from any process: ``dsh-actors approvals``), or is denied where the registry has
 none. With a tokens file (:mod:`.access`) each request needs a bearer token bound to its
 agent; the ``Host`` header is checked (DNS-rebinding protection) against the names the
@@ -33,7 +34,7 @@ import mcp_types as types
 from ..core.registry import RUN_CODE
 from ..core.progress import Reports
 from ..core.within import within
-from ..runtime.registry.asking import AskingCalls
+from ..runtime.registry.asking import AskingCalls, Handover
 from . import asks
 from .access import _AGENT_ID, Grants, TokenGate, agent_of, bearer_of, digest
 from .front import STREAMS, GatewayFront
@@ -233,7 +234,7 @@ class _Calls:
         ``version`` of the protocol and declares ``capabilities``). ``progress``: where its
         body's progress goes (a :data:`~dsh_actors.core.progress.ProgressSink`)."""
         if params.request_state is not None:
-            return await self.resume(agent, params.request_state, params.input_responses)
+            return await self.resume(agent, params.request_state, params.input_responses, progress)
         if params.name != RUN_CODE and await self.mode() == "code":
             return unlisted(params.name)  # behind run_code: a program calls it, as the model would
         call = {"call_id": f"mcp-{uuid.uuid4().hex[:16]}", "name": params.name, "arguments": params.arguments or {}}
@@ -293,14 +294,17 @@ class _Calls:
     async def run_or_ask(self, agent: str, call: dict[str, Any],
                          progress: Any = None) -> types.CallToolResult | types.InputRequiredResult:
         """Run the call; should its policy ask, answer with the question instead and hold
-        the call (it goes on waiting for its ask) until the client's retry collects it."""
-        kind, value = await self.asking.run_or_ask(call["call_id"], self.run(agent, call, progress))
+        the call (it goes on waiting for its ask) until the client's retry collects it (and
+        hears its progress, which is made only once the ask is answered)."""
+        handover = Handover(progress) if progress is not None else None
+        kind, value = await self.asking.run_or_ask(call["call_id"], self.run(agent, call, handover), handover)
         return mcp_result(value) if kind == "done" else asks.question(agent, call["call_id"], value)
 
-    async def resume(self, agent: str, state_text: str,
-                     responses: Mapping[str, Any] | None) -> types.CallToolResult:
+    async def resume(self, agent: str, state_text: str, responses: Mapping[str, Any] | None,
+                     progress: Any = None) -> types.CallToolResult:
         """The client's retry with its answer to an ask: the ask is answered, the held
-        call's result collected (on whichever replica holds it)."""
+        call's result collected (on whichever replica holds it), its progress meanwhile
+        going to ``progress`` (when the retry asked for it)."""
         from mcp.shared.exceptions import MCPError
 
         from ..core.errors import error_result
@@ -313,7 +317,7 @@ class _Calls:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         # "died" when the replica holding the call died: its ask is then cancelled, so the call
         # never runs with nobody to see it
-        status, held = await self.asking.answer(state["call_id"], state["ask"], asks.answer_of(responses))
+        status, held = await self.asking.answer(state["call_id"], state["ask"], asks.answer_of(responses), progress)
         if status == "gone":
             raise MCPError(types.INTERNAL_ERROR, "the registry's approval queue is gone, and the call waiting for "
                                                  "this answer with it; call the tool again")
@@ -363,7 +367,7 @@ async def _reporting_to(session: Any) -> AsyncIterator[Any]:
     try:
         yield reports.sink
     finally:
-        reports.close()  # the request's stream ends: later reports (a call held for an ask) are dropped
+        reports.close()  # the request's stream ends (a call held for an ask reports to the queue by now)
         ended.set_result(None)  # the pump sends what came before, then stops
         try:
             await within(pumping, PUMP_DRAIN_S)  # (cancelled when it takes longer)

@@ -231,11 +231,14 @@ class ApprovalQueueService:
     def forget(self, call_id: str) -> None:
         self._held.forget(call_id)
 
+    def report_held(self, call_id: str, report: Any) -> None:
+        self._held.report(call_id, report)
+
     def deposit(self, call_id: str, result: Any) -> None:
         self._held.deposit(call_id, result)
 
-    async def collect(self, call_id: str, timeout_s: float) -> tuple[str, Any]:
-        return await self._held.collect(call_id, timeout_s)
+    async def collect(self, call_id: str, timeout_s: float, heard: int | None = None) -> tuple[str, Any]:
+        return await self._held.collect(call_id, timeout_s, heard)
 
     def pending(self) -> list[dict[str, Any]]:
         return sorted((dict(p.info) for p in self._pending.values()), key=lambda info: info["asked_at"])

@@ -6,14 +6,39 @@ call's policy ask, the caller learns the ask at once and answers it later (from 
 that reaches the registry), while the call goes on waiting for it in this process: *held*.
 The answer's process then collects the result through the queue (:mod:`.held`, its side).
 A held call its caller never answers is cancelled after ``ttl_s`` (nothing runs).
+
+Progress: a held call's body runs once its ask is answered, after its first request went
+back, so the reports it makes go to the queue (a :class:`Handover` sink switches there when
+the call is held), and the answer's process hands them to its own listener while it waits
+for the result.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable
 
-__all__ = ["AskingCalls"]
+from ...core.progress import ProgressSink
+
+__all__ = ["AskingCalls", "Handover"]
+
+
+class Handover:
+    """A progress sink for a call that may be held: its reports go to ``sink`` (the first
+    request's listener) until :meth:`to` hands them elsewhere. Never raises into the body."""
+
+    def __init__(self, sink: ProgressSink) -> None:
+        self._sink = sink
+
+    def to(self, sink: ProgressSink) -> None:
+        self._sink = sink
+
+    def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        try:
+            self._sink(progress, total, message)
+        except Exception:  # noqa: BLE001 - a deaf listener never stops a call
+            pass
 
 
 class AskingCalls:
@@ -35,10 +60,12 @@ class AskingCalls:
                 return None
         return self._queue
 
-    async def run_or_ask(self, call_id: str, execution: Awaitable[Any]) -> tuple[str, Any]:
+    async def run_or_ask(self, call_id: str, execution: Awaitable[Any],
+                         progress: Handover | None = None) -> tuple[str, Any]:
         """Run the call (``execution``, of call ``call_id``): ``("done", result)``, or
         ``("asked", ask)`` when its policy asked first — the call is then held until
-        :meth:`answer` (or ``ttl_s``). Without an approval queue it just runs."""
+        :meth:`answer` (or ``ttl_s``), and ``progress`` (the sink ``execution`` reports to, if
+        any) hands its reports to the queue. Without an approval queue it just runs."""
         from ..requester import requester
 
         running = asyncio.ensure_future(execution)
@@ -60,6 +87,8 @@ class AskingCalls:
             if not watch.done() or watch.exception() is not None:
                 self._queue = None  # it may have died: found again next time
             return "done", await running
+        if progress is not None:
+            progress.to(lambda *report: queue.report_held.remote(call_id, report))
         task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], running))
         self.held.add(task)
         task.add_done_callback(self.held.discard)
@@ -79,18 +108,29 @@ class AskingCalls:
             result = {**error_result(exc), "call_id": call_id}
         await queue.deposit.remote(call_id, result)
 
-    async def answer(self, call_id: str, ask_id: str, outcome: str) -> tuple[str, Any]:
+    async def answer(self, call_id: str, ask_id: str, outcome: str,
+                     progress: ProgressSink | None = None) -> tuple[str, Any]:
         """Answer the ask ``ask_id`` of held call ``call_id`` (``allowed-once``, ``rejected``,
         ``cancelled``) and collect its result: ``("done", result)``; ``("died", None)`` when
         the process holding it died (its ask is then cancelled: nothing runs unseen);
         ``("unknown", None)`` when no call of that id is held (answered already, dropped);
         ``("late", None)`` when it did not end within ``ttl_s``; ``("gone", None)`` when the
-        registry has no approval queue any more (the call died with it)."""
+        registry has no approval queue any more (the call died with it). ``progress`` hears
+        the call's reports meanwhile, in order."""
         queue = await self.queue()
         if queue is None:
             return "gone", None
         await queue.answer_held.remote(call_id, ask_id, outcome)
-        return tuple(await queue.collect.remote(call_id, self.ttl_s))  # type: ignore[return-value]
+        listener = Handover(progress) if progress is not None else None
+        heard, deadline = (0 if listener is not None else None), time.monotonic() + self.ttl_s
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            status, value = await queue.collect.remote(call_id, left, heard)
+            if status != "progress" or listener is None:
+                return status, value
+            heard, reports = value
+            for report in reports:
+                listener(*report)
 
 
 async def _awaited(ref: Any) -> Any:

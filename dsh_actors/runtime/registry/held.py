@@ -15,22 +15,32 @@ every replica can reach:
    :meth:`collect`-s the result: it waits for the deposit, and learns it if the holder
    died meanwhile (its call died with it) or the wait ran past its limit.
 
+The body runs only once its ask is answered, so whatever progress it reports is made after
+its first request went back: the holder hands each report to :meth:`report`, and a
+collector that listens (the client's retry asked for progress) gets them, in order, from
+:meth:`collect` before the result.
+
 A deposited result nobody collects is dropped after :data:`KEEP_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import Any, Callable
 
 from ...core.within import within
 from ..requester import CHECK_S, still_there
 
-__all__ = ["HeldCalls", "KEEP_S"]
+__all__ = ["HeldCalls", "KEEP_S", "KEEP_REPORTS"]
 
 KEEP_S = 900.0
 """How long a held call's result waits to be collected."""
+
+KEEP_REPORTS = 1000
+"""How many of a held call's latest progress reports wait for its collector (older ones are
+dropped: a report says how far the call is, so the latest matter)."""
 
 
 class HeldCalls:
@@ -42,6 +52,7 @@ class HeldCalls:
         self._watchers: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         self._holders: dict[str, tuple[float, tuple[Any, str] | None]] = {}  # call -> (since, holder)
         self._results: dict[str, tuple[float, Any]] = {}
+        self._reports: dict[str, tuple[int, collections.deque[Any]]] = {}  # call -> (reports made, the latest)
         self._arrived: dict[str, asyncio.Event] = {}
 
     async def ask_of(self, call_id: str, holder: tuple[Any, str] | None) -> dict[str, Any] | None:
@@ -83,36 +94,66 @@ class HeldCalls:
             self._holders.pop(stale, None)
         for stale in [c for c, (at, _) in self._holders.items() if now - at > 2 * KEEP_S]:
             self._holders.pop(stale, None)
+        for gone in [c for c in (*self._reports, *self._arrived) if c not in self._holders and c not in self._results]:
+            self._reports.pop(gone, None)
+            self._arrived.pop(gone, None)
+
+    def report(self, call_id: str, report: Any) -> None:
+        """A progress report of held call ``call_id`` (its body runs after its ask was put to
+        its client): kept for its collector. Dropped if no call of that id is held."""
+        if call_id not in self._holders:
+            return
+        made, latest = self._reports.setdefault(call_id, (0, collections.deque(maxlen=KEEP_REPORTS)))
+        latest.append(report)
+        self._reports[call_id] = (made + 1, latest)
+        self._arrived.setdefault(call_id, asyncio.Event()).set()
+
+    def _reports_after(self, call_id: str, heard: int) -> tuple[int, list[Any]]:
+        """How many reports ``call_id`` made, and those after the first ``heard`` still kept."""
+        made, latest = self._reports.get(call_id, (0, collections.deque()))
+        return made, list(latest)[max(0, len(latest) - (made - heard)):] if made > heard else []
 
     def deposit(self, call_id: str, result: Any) -> None:
         self._drop_stale()
         self._results[call_id] = (time.monotonic(), result)
         self._arrived.setdefault(call_id, asyncio.Event()).set()
 
-    async def collect(self, call_id: str, timeout_s: float) -> tuple[str, Any]:
+    async def collect(self, call_id: str, timeout_s: float, heard: int | None = None) -> tuple[str, Any]:
         """The held call's result, waiting for it: ``("done", result)`` (taken: a second
         collect finds nothing), ``("died", None)`` when its holder died first (the call died
         with it), ``("late", None)`` when ``timeout_s`` passed first, and at once
         ``("unknown", None)`` when no call of that id is held (collected already, dropped, or
-        never held)."""
+        never held). ``heard``: a collector that listens to the call's progress says how many
+        reports it has had; it is answered ``("progress", (made, reports))`` as soon as there
+        are later ones (``made`` reports in all, the kept ones after those it heard), and
+        collects again with ``heard=made``. The result comes once it has them all."""
         if call_id not in self._results and call_id not in self._holders:
             return "unknown", None
         arrived = self._arrived.setdefault(call_id, asyncio.Event())
         deadline = time.monotonic() + timeout_s
         try:
-            while call_id not in self._results:
+            while True:
+                if heard is not None:
+                    made, reports = self._reports_after(call_id, heard)
+                    if made > heard:
+                        return "progress", (made, reports)
+                if call_id in self._results:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return "late", None
+                arrived.clear()  # (what set it is seen above: nothing ran since)
                 try:
                     await within(arrived.wait(), min(CHECK_S, left))
                 except TimeoutError:
                     holder = self.holder(call_id)
                     if call_id not in self._results and holder is not None and not await still_there(*holder):
                         self._holders.pop(call_id, None)
+                        self._reports.pop(call_id, None)
                         return "died", None
             self._holders.pop(call_id, None)
+            self._reports.pop(call_id, None)
             return "done", self._results.pop(call_id)[1]
         finally:
-            if call_id not in self._results:
+            if call_id not in self._results and call_id not in self._holders:
                 self._arrived.pop(call_id, None)
