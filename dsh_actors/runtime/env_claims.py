@@ -7,7 +7,11 @@ others wait for it to run there. Under a claim's key (``<key>/``):
 - ``node`` holds ``"<node id> <time>"``: the claimant, and when it claimed (wall clock: a
   claim older than a start takes is one whose environment is no longer coming);
 - ``over/<node>`` marks a takeover from ``<node>`` (gone, or it never started it): the
-  first process to write it is the new claimant, so two that take over at once agree.
+  first process to write it is the new claimant, so two that take over at once agree;
+- ``beat`` changes every few seconds while a claimant starts the environment (its
+  heartbeat): a waiter that sees it still for long takes the claimant for one that died, or
+  one whose environment died after it started — and compares only what it read itself, on
+  its own clock, so no two nodes' clocks are compared.
 
 The environment's host deletes the claim (:func:`release`) when the environment ends, if
 the claim still names its node, and the next first call claims afresh. Blocking calls to
@@ -16,6 +20,7 @@ the cluster's KV store (run them off an event loop).
 
 from __future__ import annotations
 
+import os
 import time
 
 from ray.experimental import internal_kv
@@ -64,6 +69,14 @@ class EnvClaim:
         if not self._put(b"node", mine, overwrite=False):
             return here, now
         return self._get(b"node") or (here, now)
+
+    def beat(self) -> None:
+        """Say this process is still starting the environment (see the module docs)."""
+        self._put(b"beat", f"{this_node()} {os.getpid()} {time.monotonic_ns()}".encode(), overwrite=True)
+
+    def heartbeat(self) -> bytes | None:
+        """The latest beat (``None`` before any): compare it with one read before."""
+        return internal_kv._internal_kv_get(self.key + b"/beat", namespace=KV_NAMESPACE)  # type: ignore[no-any-return]
 
     def drop(self) -> None:
         """Give up this node's claim (it could not start the environment)."""

@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import shutil
-import time
 from typing import Any, AsyncIterator, Callable
 
 import ray
@@ -80,7 +79,6 @@ class EnvHostService:
         self._starting: dict[str, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._made: set[str] = set()  # workspaces made for processes of other nodes
-        self._since = time.time()  # (wall clock, as claims are: this host's process started then)
 
     def _backend_here(self) -> Any:
         if self._backend is None:
@@ -126,15 +124,6 @@ class EnvHostService:
         if idle is not None:
             idle[1] = asyncio.get_running_loop().time()
         return env_id in self._envs
-
-    def forgot(self, env_id: str, since: float) -> bool:
-        """Whether an environment ``env_id`` claimed for this node at ``since`` (wall clock,
-        :mod:`.env_claims`) cannot come from this host any more: the host started after the
-        claim (a restart, and what ran before died with the old one) and neither runs it nor
-        is starting it."""
-        starting = self._starting.get(env_id)
-        return (self._since > since and env_id not in self._envs
-                and not (starting is not None and starting.locked()))
 
     def address(self, env_id: str) -> tuple[Any, str] | None:
         """Environment ``env_id``'s address (for :func:`connect`) and workspace, or ``None``."""

@@ -10,9 +10,11 @@ agent uses that one, from any replica: on that node directly, from another node 
 that node's environment host. Replicas of one node that both start it at once share one
 (the host starts it under a lock); replicas of several nodes share one too: the node that
 starts it is claimed first in the cluster's KV store, and a replica elsewhere waits for
-that node's host to run it (it starts one itself only if that node is gone, or has not
-started it within :data:`CLAIM_WAIT_S` of its claim, or that node's host restarted since the
-claim and does not start it; see :mod:`~dsh_actors.runtime.env_claims`).
+that node's host to run it. It starts one itself only if that node is gone, or has not
+started it within :data:`CLAIM_WAIT_S` of its claim, or if none runs and the claimant's
+heartbeat (every :data:`CLAIM_BEAT_S` while it starts one) has been still for
+:data:`CLAIM_SILENT_S`: the claimant died before it started it, or its environment died
+with its node's host (see :mod:`~dsh_actors.runtime.env_claims`).
 
 The environment belongs to the gateway's registry, not to the replica that started it: a
 replica that dies takes none with it, and when the registry ends (``dsh-actors serve``
@@ -28,9 +30,10 @@ most once a quarter of ``idle_s`` in all): the host hears of a use at least ever
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import ray
 
@@ -47,10 +50,11 @@ CLAIM_WAIT_S = 60.0
 """How long after its claim a replica waits for the node that claimed an agent's
 environment to start it (a claim older than that whose environment does not run is taken over)."""
 CLAIM_POLL_S = 0.2
-CLAIM_GRACE_S = 15.0
-"""How long after its claim a replica takes a claimant's host that restarted since, and
-neither runs nor starts the environment, for one that will not (before: the claimant's
-first request to it, which makes the host on a node that had none, may still be on its way)."""
+CLAIM_BEAT_S = 1.0
+"""How often a replica starting an agent's environment it claimed says so (its heartbeat)."""
+CLAIM_SILENT_S = 10.0
+"""How long a waiting replica hears no heartbeat of the claimant, and finds the environment
+running nowhere, before it takes the claim over."""
 _TAKEOVERS = 4
 """How many claimants in a row a replica waits for before it starts the environment itself."""
 
@@ -147,14 +151,14 @@ class GatewayEnvironments(AgentEnvironments):
             self._elsewhere.pop(env_id, None)
             workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
             starter = await self._owner()
-            claim = EnvClaim(f"gateway-env/{self.namespace}/{self.registry}/{starter[1]}/{env_id}")
+            claim = self._claim(env_id, starter)
             # (one gone on another node: its claim goes with it, else nobody starts another)
             gone = hosted[0].node if hosted is not None and stale is hosted[0] else None
             node, since = await asyncio.to_thread(claim.take, gone)
             for _ in range(_TAKEOVERS):
                 if node == this_node():
                     break
-                found = await self._running_elsewhere(env_id, node, since)
+                found = await self._running_elsewhere(env_id, claim, node, since)
                 if found is not None:
                     node, where = found
                     hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
@@ -164,21 +168,22 @@ class GatewayEnvironments(AgentEnvironments):
                 # Its root holds the host's system and this folder alone: the other agents'
                 # folders are not in it (nothing to hide; hiding their parent would hide this one too).
                 spec = EnvSpec(workspace=str(workspace.root), **self.limits)
-                await start_environment(agent_session(self.sessions, agent), spec, starter=starter, reuse=True,
-                                        idle_s=self.idle_s, release=claim.key)
+                async with _beating(claim):
+                    await start_environment(agent_session(self.sessions, agent), spec, starter=starter, reuse=True,
+                                            idle_s=self.idle_s, release=claim.key)
                 self._touched[env_id] = asyncio.get_running_loop().time()  # (started now: touched)
             except BaseException:
                 await asyncio.to_thread(claim.drop)
                 raise
             return await super().environment(ctx)
 
-    async def _running_elsewhere(self, env_id: str, claimant: str | None = None,
+    async def _running_elsewhere(self, env_id: str, claim: EnvClaim, claimant: str | None = None,
                                  since: float = 0.0) -> tuple[str, str] | None:
         """Another node whose host runs ``env_id``, and its workspace there, if one does;
         waiting for alive ``claimant``'s host to start it, up to :data:`CLAIM_WAIT_S` after
-        its claim at ``since`` (wall clock) — less when that host restarted since and does
-        not start it."""
-        here = this_node()
+        its claim at ``since`` (wall clock) — less when the ``claim``'s heartbeat is still for
+        :data:`CLAIM_SILENT_S` (nobody is starting it)."""
+        here, beat, heard = this_node(), None, time.monotonic()
         while True:
             alive = [node["NodeID"] for node in await asyncio.to_thread(ray.nodes)
                      if node.get("Alive") and node["NodeID"] != here]
@@ -189,18 +194,19 @@ class GatewayEnvironments(AgentEnvironments):
                     continue
                 if found is not None:
                     return node, found[1]
-            now = time.time()
-            if claimant is None or claimant not in alive or now >= since + CLAIM_WAIT_S:
+            if claimant is None or claimant not in alive or time.time() >= since + CLAIM_WAIT_S:
                 return None
-            if now >= since + CLAIM_GRACE_S and await self._forgot(claimant, env_id, since):
+            latest = await asyncio.to_thread(claim.heartbeat)
+            if latest != beat:
+                beat, heard = latest, time.monotonic()
+            elif time.monotonic() - heard >= CLAIM_SILENT_S:
                 return None
             await asyncio.sleep(CLAIM_POLL_S)
 
-    async def _forgot(self, node: str, env_id: str, since: float) -> bool:
-        try:
-            return bool(await _ask_host(node, self.namespace, "forgot", env_id, since))
-        except Exception:  # noqa: BLE001 - its host cannot say: wait on, as for an answer of no
-            return False
+    def _claim(self, env_id: str, starter: tuple[Any, str]) -> EnvClaim:
+        """Environment ``env_id``'s claim, for its registry's process ``starter`` (a new
+        registry's environments are claimed anew)."""
+        return EnvClaim(f"gateway-env/{self.namespace}/{self.registry}/{starter[1]}/{env_id}")
 
     async def _owner(self) -> tuple[Any, str]:
         """The registry's actor and its process's incarnation: the environments end with it."""
@@ -209,6 +215,24 @@ class GatewayEnvironments(AgentEnvironments):
 
         handle = await owner(self.registry, self.namespace).link.actor_async()
         return handle, await handle.__ray_call__.remote(_incarnation)
+
+
+@contextlib.asynccontextmanager
+async def _beating(claim: EnvClaim) -> AsyncIterator[None]:
+    """Beat ``claim``'s heartbeat every :data:`CLAIM_BEAT_S` while the block runs."""
+    async def beat() -> None:
+        while True:
+            try:
+                await asyncio.to_thread(claim.beat)
+            except Exception:  # noqa: BLE001 - a beat missed: a waiter may take over, and the host shares one
+                pass
+            await asyncio.sleep(CLAIM_BEAT_S)
+
+    beating = asyncio.ensure_future(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
 
 
 class _Touching:

@@ -85,3 +85,17 @@ def test_a_claim_is_released_only_by_the_node_it_names_and_with_its_marks(on):
     EnvClaim("k/env").drop()
     on("e")
     assert EnvClaim("k/env").take()[0] == "e"
+
+
+def test_each_beat_of_a_claimant_changes_its_heartbeat_and_a_release_clears_it(on):
+    on("a")
+    claim = EnvClaim("k/env")
+    claim.take()
+    assert claim.heartbeat() is None  # no beat yet
+    beats = []
+    for _ in range(3):
+        claim.beat()
+        beats.append(EnvClaim("k/env").heartbeat())  # as a waiter on another node reads it
+    assert None not in beats and len(set(beats)) == 3
+    release(claim.key, "a")
+    assert claim.heartbeat() is None

@@ -323,6 +323,29 @@ def test_an_ask_is_put_to_a_client_that_answers_through_the_protocol(gateway):
     assert decided[-3:] == ["allowed-once", "rejected", "rejected"]
 
 
+def test_an_asked_calls_progress_reaches_the_client_while_its_answer_waits_for_the_result(gateway):
+    """The body of an asked call runs only once the client's answer has come back (on a
+    request of its own, maybe to another replica): what it reports then reaches that request's
+    progress callback, in order, before the result."""
+    from mcp import Client
+
+    _, _, url, _ = gateway
+    answer, seen = _answering(True)
+    heard = []
+
+    async def note(progress, total, message):
+        heard.append((progress, total, message))
+
+    async def call():
+        async with Client(url.format(agent="asker"), elicitation_callback=answer) as client:
+            return await client.call_tool("steps", {}, progress_callback=note)
+
+    result = asyncio.run(call())
+    assert len(seen) == 1 and result.is_error is False
+    assert json.loads(result.content[0].text) == [True, True, True]
+    assert heard == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "from a thread")]
+
+
 def test_the_answer_may_come_back_on_another_connection_and_a_forged_or_moved_state_is_refused(gateway):
     import mcp_types as types
     from mcp import Client
@@ -935,12 +958,25 @@ class _Replica:
         return this_node(), time.time()
 
 
-def test_a_claim_whose_nodes_host_restarted_since_is_taken_over_without_waiting_out_the_claim(
-        ray_cluster, tmp_path):
-    """An agent's environment, claimed and started on one node, dies there with its host
-    (SIGKILL: Ray restarts the host, empty). A replica on the other node that never used it
-    then starts one on its own node once the grace after the claim is over — not only after
-    the whole wait for a claimant, which is for a host that may still be starting it."""
+def _claim_and_die(environments, agent):
+    """A replica that claims ``agent``'s environment, beats once, and dies before it starts it."""
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.runtime.wire import agent_session
+
+    claim = environments._claim(env_id_of(agent_session(environments.sessions, agent)),
+                                asyncio.run(environments._owner()))
+    node, _ = claim.take()
+    claim.beat()
+    return node
+
+
+@pytest.mark.parametrize("failure", ["its host restarted", "the claimant died before starting it"])
+def test_a_claim_nobody_will_start_is_taken_over_without_waiting_out_the_claim(ray_cluster, tmp_path, failure):
+    """An agent's environment is claimed on one node, and will not come from there: it
+    started and died with its node's host (SIGKILL: Ray restarts the host, empty), or the
+    replica that claimed it died before starting it. A replica on the other node that never
+    used it then starts one on its own node once the claim's heartbeat has been still a
+    while — not only after the whole wait for a claimant, which is for one still starting it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from dsh_actors.runtime.envhost import env_id_of
@@ -955,25 +991,34 @@ def test_a_claim_whose_nodes_host_restarted_since_is_taken_over_without_waiting_
     env_id = env_id_of(f"{registry.name}/ant")
     special = ray_cluster["special_node"].node_id
     head = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != special)
+    on_head = NodeAffinitySchedulingStrategy(head, soft=False)
     here, there = (_Replica.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
                    for node in (head, special))
     try:
         claimed_at = time.time()
-        node, _ = ray.get(here.use.remote(environments, "ant"), timeout=T)
-        assert node == head
-        host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
-        assert env_id in ray.get(host.running.remote(), timeout=T)
-        pid = pid_of(host, T)
-        os.kill(pid, signal.SIGKILL)
-        wait_gone([pid], T)
-        pid_of(host, T)  # (once its next process answers)
-        assert env_id not in ray.get(host.running.remote(), timeout=T)  # restarted, empty; the claim stays
+        host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE) if failure == "its host restarted" else None
+        if host is None:
+            claimant = ray.remote(num_cpus=0)(_claim_and_die).options(scheduling_strategy=on_head)
+            assert ray.get(claimant.remote(environments, "ant"), timeout=T) == head  # and its process ends
+        else:
+            node, _ = ray.get(here.use.remote(environments, "ant"), timeout=T)
+            host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
+            assert node == head and env_id in ray.get(host.running.remote(), timeout=T)
+            pid = pid_of(host, T)
+            os.kill(pid, signal.SIGKILL)
+            wait_gone([pid], T)
+            pid_of(host, T)  # (once its next process answers)
+            assert env_id not in ray.get(host.running.remote(), timeout=T)  # restarted, empty; the claim stays
         node, started_at = ray.get(there.use.remote(environments, "ant"), timeout=CLAIM_WAIT_S + T)
         assert node == special
         assert started_at - claimed_at < CLAIM_WAIT_S - 15, started_at - claimed_at  # not the claim's whole wait
-        assert env_id not in ray.get(host.running.remote(), timeout=T)
         other = ray.get_actor(env_host_name(special), namespace=DEFAULT_NAMESPACE)
         assert env_id in ray.get(other.running.remote(), timeout=T)
+        try:
+            on_head_host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
+        except ValueError:
+            on_head_host = None  # (never made: nobody started one there)
+        assert on_head_host is None or env_id not in ray.get(on_head_host.running.remote(), timeout=T)
     finally:
         for replica in (here, there):
             ray.kill(replica)
