@@ -9,8 +9,8 @@ A held call its caller never answers is cancelled after ``ttl_s`` (nothing runs)
 
 Progress: a held call's body runs once its ask is answered, after its first request went
 back, so the reports it makes go to the queue (a :class:`Handover` sink switches there when
-the call is held), and the answer's process hands them to its own listener while it waits
-for the result.
+the call is held; they are sent one after another, and all before the result), and the
+answer's process hands them to its own listener while it waits for the result.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import Any, Awaitable
 
-from ...core.progress import ProgressSink
+from ...core.progress import ProgressSink, Reports
 
 __all__ = ["AskingCalls", "Handover"]
 
@@ -87,14 +87,18 @@ class AskingCalls:
             if not watch.done() or watch.exception() is not None:
                 self._queue = None  # it may have died: found again next time
             return "done", await running
-        if progress is not None:
-            progress.to(lambda *report: queue.report_held.remote(call_id, report))
-        task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], running))
+        forwarding = None
+        if progress is not None:  # (one at a time: an async actor may run calls out of order)
+            reports = Reports()
+            progress.to(reports.sink)
+            forwarding = asyncio.ensure_future(_forward(queue, call_id, reports, running))
+        task = asyncio.ensure_future(self._hold(queue, call_id, ask["id"], running, forwarding))
         self.held.add(task)
         task.add_done_callback(self.held.discard)
         return "asked", ask
 
-    async def _hold(self, queue: Any, call_id: str, ask_id: str, running: asyncio.Future[Any]) -> None:
+    async def _hold(self, queue: Any, call_id: str, ask_id: str, running: asyncio.Future[Any],
+                    forwarding: asyncio.Future[None] | None) -> None:
         from ...core.errors import error_result
         from ...core.within import within
 
@@ -106,6 +110,8 @@ class AskingCalls:
                 result = dict(await running)
         except Exception as exc:  # noqa: BLE001 - the answerer gets it as the call's error
             result = {**error_result(exc), "call_id": call_id}
+        if forwarding is not None:  # its reports before its result (bounded: a slow queue)
+            await asyncio.wait({forwarding}, timeout=FORWARD_DRAIN_S)
         await queue.deposit.remote(call_id, result)
 
     async def answer(self, call_id: str, ask_id: str, outcome: str,
@@ -131,6 +137,20 @@ class AskingCalls:
             heard, reports = value
             for report in reports:
                 listener(*report)
+
+
+FORWARD_DRAIN_S = 10.0
+"""How long a held call's last reports may take to reach the queue before its result."""
+
+
+async def _forward(queue: Any, call_id: str, reports: Reports, running: asyncio.Future[Any]) -> None:
+    """Hand held call ``call_id``'s reports to the queue, each once the one before is in."""
+    async for report in reports.during(running):
+        if report is not None:  # (always: no idle_s)
+            try:
+                await queue.report_held.remote(call_id, report)
+            except Exception:  # noqa: BLE001 - the queue is gone, and whoever would hear them with it
+                return
 
 
 async def _awaited(ref: Any) -> Any:
