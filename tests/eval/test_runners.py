@@ -189,7 +189,7 @@ def test_a_dead_attempts_running_calls_are_cancelled_before_its_episode_runs_aga
 
     slow = define_tool(name="mark", description="sleeps", parameters={"s": {"type": "number"}}, execute=body)
     killer = WhenMarked(marks, 4, lambda: [ray.kill(r, no_restart=True) for r in _runners("abort")[:1]])
-    episodes = [{"id": f"ab-{i}", "turns": [{"calls": [{"name": "mark", "arguments": {"s": 20}}]},
+    episodes = [{"id": f"ab-{i}", "turns": [{"calls": [{"name": "mark", "arguments": {"s": 8}}]},
                                              {"calls": [{"name": "mark", "arguments": {"s": 0}}]}]} for i in range(4)]
     reports = collect(run_episodes(episodes, name="abort", tools=[slow], in_flight=4, runners_per_node=1,
                                    reference_tools=False, tool_timeout_s=60))

@@ -98,7 +98,7 @@ def test_a_caller_that_does_not_listen_gets_the_result_alone(registry, tmp_path)
 @pytest.mark.parametrize("where", ["executor", "own task"])
 def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_path, where):
     """A call sent as a stream is cancelled like any other: one cancelled result, and its
-    body (here one that reports, then sleeps 8 s) sees the cancellation and never finishes.
+    body (here one that reports, then sleeps 4 s) sees the cancellation and never finishes.
     In a task of its own, Ray interrupts the task twice (the caller's cancel and its actor
     task's recursive one): the second interrupt once cut the first one's cleanup short."""
     marks = tmp_path
@@ -106,7 +106,7 @@ def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_p
     async def slow(args, ctx):
         ctx.report_progress(1)
         try:
-            await asyncio.sleep(8)
+            await asyncio.sleep(4)
         except asyncio.CancelledError:
             open(f"{args['marks']}/cancelled", "w").close()
             raise
@@ -132,7 +132,7 @@ def test_a_listening_call_cancelled_by_its_caller_stops_its_body(registry, tmp_p
     cancelled = time.monotonic()
     assert heard == [(1.0, None, None)]
     assert result.is_error and result.error["code"] == "CANCELLED", result
-    time.sleep(max(0.0, cancelled + 10 - time.monotonic()))  # past the body's 8 s
+    time.sleep(max(0.0, cancelled + 5 - time.monotonic()))  # past the body's 4 s
     assert not (marks / "finished").exists() and (marks / "cancelled").exists()
 
 

@@ -103,7 +103,8 @@ def _connect(name, **options):
 
 @pytest.fixture(scope="module")
 def gateway(ray_cluster, tmp_path_factory):
-    """One registry and one gateway (two replicas) for the module: Serve starts in seconds."""
+    """One registry and one gateway (two replicas, one per node) for the module: Serve
+    starts in seconds, and a registry and its processes cost several CPU-seconds each."""
     from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
 
     name, folder = f"mcp-{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("marks")
@@ -115,7 +116,8 @@ def gateway(ray_cluster, tmp_path_factory):
     registry.scope("watcher").register(_far).result(T)
     registry.on("tools/pre-execute", _asks_for_askers).result(T)
     queue = registry.approvals().result(T)
-    url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=free_port(), num_replicas=2)
+    url = serve_mcp(GatewayConfig(name, logs=str(folder / "logs")), port=free_port(), num_replicas=2,
+                    max_replicas_per_node=1)  # one on each of the session's nodes
     try:
         yield folder, queue, url, registry
     finally:
@@ -746,6 +748,30 @@ def _environments_running(env_ids):
     return running & set(env_ids)
 
 
+def _walled(registry, folder, agent, **options):
+    """Give ``agent`` alone (its scope) the reference tools in the module's registry, each
+    call in the agent's environment (its folder ``folder/<agent>``); its environment's id."""
+    from dsh_actors.runtime.envhost import env_id_of
+    from dsh_actors.serve.environments import GatewayEnvironments
+    from dsh_actors.tools import AgentWorkspaces, reference_tools
+
+    (folder / agent).mkdir()
+    scope = registry.scope(agent)
+    for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(folder), registry.name, **options)):
+        scope.register(definition).result(T)
+    return env_id_of(f"{registry.name}/{agent}")
+
+
+async def _bash(url, agent, command):
+    """``command`` in ``agent``'s ``bash`` through the gateway: (its error code or None, its text)."""
+    from mcp import Client
+
+    async with Client(url.format(agent=agent)) as client:
+        result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
+    return (result.meta["dsh"].get("error", {}).get("code") if result.is_error else None,
+            "\n".join(block.text for block in result.content).strip())
+
+
 def test_each_agent_works_in_an_environment_of_its_own_started_at_its_first_call_and_ended_with_the_gateway(
         gateway, tmp_path):
     """The reference tools behind the gateway: an agent's first call starts its environment
@@ -799,40 +825,19 @@ def test_an_agents_first_calls_on_two_nodes_at_once_start_one_environment_that_b
     moment: one node claims its environment and starts it, the other's replica waits for it
     and uses it through that node's host — every call runs in that one environment (its
     private /tmp sees every call's line), and one node's host holds it."""
-    from mcp import Client
+    _, _, url, registry = gateway
+    env_id = _walled(registry, tmp_path, "cat")
+    _replicas_running(url)
 
-    from dsh_actors.runtime.envhost import env_id_of
-    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
-    from dsh_actors.serve.environments import GatewayEnvironments
-    from dsh_actors.tools import AgentWorkspaces, reference_tools
+    async def first_calls():  # twelve connections at once: the kernel spreads them over both replicas
+        return await asyncio.gather(*(_bash(url, "cat", f"echo call-{k} >> /tmp/calls") for k in range(12)))
 
-    (tmp_path / "cat").mkdir()
-    walled = _connect(f"mcp-nodes-{uuid.uuid4().hex[:8]}")
-    env_id = env_id_of(f"{walled.name}/cat")
-    try:
-        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
-            walled.register(definition).result(T)
-        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-nodes", num_replicas=2,
-                           max_replicas_per_node=1)
-        _replicas_running(served)
-
-        async def bash(command):
-            async with Client(served.format(agent="cat")) as client:
-                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
-            return result.is_error, "\n".join(block.text for block in result.content)
-
-        async def first_calls():  # twelve connections at once: the kernel spreads them over both replicas
-            return await asyncio.gather(*(bash(f"echo call-{k} >> /tmp/calls") for k in range(12)))
-
-        firsts = asyncio.run(first_calls())
-        assert not [out for failed, out in firsts if failed], firsts
-        failed, lines = asyncio.run(bash("sort /tmp/calls"))
-        assert not failed and lines.split() == sorted(f"call-{k}" for k in range(12)), lines
-        holders = [host for host in _env_hosts() if env_id in ray.get(host.running.remote(), timeout=T)]
-        assert len(holders) == 1, holders
-    finally:
-        stop_mcp(name="dsh-mcp-nodes")
-        walled.shutdown()
+    firsts = asyncio.run(first_calls())
+    assert not [out for failed, out in firsts if failed], firsts
+    failed, lines = asyncio.run(_bash(url, "cat", "sort /tmp/calls"))
+    assert not failed and lines.split() == sorted(f"call-{k}" for k in range(12)), lines
+    holders = [host for host in _env_hosts() if env_id in ray.get(host.running.remote(), timeout=T)]
+    assert len(holders) == 1, holders
 
 
 def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_starts_a_new_one(gateway, tmp_path):
@@ -840,49 +845,33 @@ def test_an_environment_no_call_used_for_its_idle_limit_ends_and_the_next_call_s
     limit in all) and while one command runs longer than the limit, ends once none did for
     that long (its processes and private /tmp with it), and the agent's next call gets a new
     one, its folder on the host kept."""
-    from mcp import Client
-
-    from dsh_actors.runtime.envhost import env_id_of
-    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
-    from dsh_actors.serve.environments import GatewayEnvironments
-    from dsh_actors.tools import AgentWorkspaces, reference_tools
-
+    _, _, url, registry = gateway
     idle_s = 4.0
-    (tmp_path / "dot").mkdir()
-    walled = _connect(f"mcp-idle-{uuid.uuid4().hex[:8]}")
-    env_id = env_id_of(f"{walled.name}/dot")
-    try:
-        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name, idle_s=idle_s)):
-            walled.register(definition).result(T)
-        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-idle")
+    env_id = _walled(registry, tmp_path, "dot", idle_s=idle_s)
 
-        async def bash(command):
-            async with Client(served.format(agent="dot")) as client:
-                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
-            assert not result.is_error, result
-            return result.content[0].text.strip()
+    async def bash(command):
+        code, text = await _bash(url, "dot", command)
+        assert code is None, text
+        return text
 
-        async def busy():  # a call every second, twice the limit in all
-            await bash("echo kept > /tmp/mark; echo kept > made.txt")
-            started = time.monotonic()
-            while time.monotonic() - started < 2 * idle_s:
-                assert await bash("cat /tmp/mark") == "kept"
-                await asyncio.sleep(1)
+    async def busy():  # a call every second, twice the limit in all
+        await bash("echo kept > /tmp/mark; echo kept > made.txt")
+        started = time.monotonic()
+        while time.monotonic() - started < 2 * idle_s:
+            assert await bash("cat /tmp/mark") == "kept"
+            await asyncio.sleep(1)
 
-        asyncio.run(busy())
-        # one command 1.5 times the limit: its replica tells the host it is used while it runs
-        assert asyncio.run(bash(f"sleep {1.5 * idle_s}; cat /tmp/mark")) == "kept"
-        assert _environments_running([env_id]) == {env_id}  # used all along: still the first one
-        deadline = time.monotonic() + T
-        while _environments_running([env_id]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not _environments_running([env_id]), "the idle environment did not end"
-        again = asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt"))
-        assert again.split() == ["fresh", "kept"]  # a new environment, the same folder
-        assert _environments_running([env_id]) == {env_id}
-    finally:
-        stop_mcp(name="dsh-mcp-idle")
-        walled.shutdown()
+    asyncio.run(busy())
+    # one command 1.5 times the limit: its replica tells the host it is used while it runs
+    assert asyncio.run(bash(f"sleep {1.5 * idle_s}; cat /tmp/mark")) == "kept"
+    assert _environments_running([env_id]) == {env_id}  # used all along: still the first one
+    deadline = time.monotonic() + T
+    while _environments_running([env_id]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _environments_running([env_id]), "the idle environment did not end"
+    again = asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt"))
+    assert again.split() == ["fresh", "kept"]  # a new environment, the same folder
+    assert _environments_running([env_id]) == {env_id}
 
 
 def _sleepers(marker):
@@ -905,44 +894,28 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
     """SIGKILL the node's environment host while an agent's environment runs a process: that
     process dies with it (seen from /proc), at most the agent's next call fails ``ENV_GONE``,
     and the call after gets a new environment (its folder on the host kept)."""
-    from mcp import Client
-
-    from dsh_actors.runtime.envhost import env_id_of
-    from dsh_actors.serve import GatewayConfig, serve_mcp, stop_mcp
-    from dsh_actors.serve.environments import GatewayEnvironments
-    from dsh_actors.tools import AgentWorkspaces, reference_tools
-
+    _, _, url, registry = gateway
     marker = str(3000 + os.getpid() % 1000)
-    (tmp_path / "eve").mkdir()
-    walled = _connect(f"mcp-host-{uuid.uuid4().hex[:8]}")
-    try:
-        for definition in reference_tools(GatewayEnvironments(AgentWorkspaces(tmp_path), walled.name)):
-            walled.register(definition).result(T)
-        served = serve_mcp(GatewayConfig(walled.name), port=free_port(), name="dsh-mcp-host")
+    env_id = _walled(registry, tmp_path, "eve")
 
-        async def bash(command):
-            async with Client(served.format(agent="eve")) as client:
-                result = await client.call_tool("bash", {"command": command}, read_timeout_seconds=T)
-            return result.meta["dsh"].get("error", {}).get("code"), result.content[0].text.strip()
+    def bash(command):
+        return asyncio.run(_bash(url, "eve", command))
 
-        assert asyncio.run(bash(f"echo kept > made.txt; echo old > /tmp/mark; nohup sleep {marker} >/dev/null 2>&1 &"
-                                " echo started")) == (None, "started")
-        deadline = time.monotonic() + T  # (its shell forked it; on a loaded machine it may exec a moment later)
-        while not _sleepers(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(_sleepers(marker)) == 1
-        [host] = [h for h in _env_hosts() if env_id_of(f"{walled.name}/eve") in ray.get(h.running.remote(), timeout=T)]
-        os.kill(ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T), signal.SIGKILL)
-        deadline = time.monotonic() + T
-        while _sleepers(marker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _sleepers(marker)  # the environment's process died with its host
-        first = asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt"))
-        assert first in ((None, "fresh\nkept"), ) or first[0] == "ENV_GONE", first
-        assert asyncio.run(bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt")) == (None, "fresh\nkept")
-    finally:
-        stop_mcp(name="dsh-mcp-host")
-        walled.shutdown()
+    assert bash(f"echo kept > made.txt; echo old > /tmp/mark; nohup sleep {marker} >/dev/null 2>&1 & echo started") \
+        == (None, "started")
+    deadline = time.monotonic() + T  # (its shell forked it; on a loaded machine it may exec a moment later)
+    while not _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_sleepers(marker)) == 1
+    [host] = [h for h in _env_hosts() if env_id in ray.get(h.running.remote(), timeout=T)]
+    os.kill(ray.get(host.__ray_call__.remote(lambda _: os.getpid()), timeout=T), signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _sleepers(marker)  # the environment's process died with its host
+    first = bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt")
+    assert first == (None, "fresh\nkept") or first[0] == "ENV_GONE", first
+    assert bash("cat /tmp/mark 2>/dev/null || echo fresh; cat made.txt") == (None, "fresh\nkept")
 
 
 @ray.remote(num_cpus=0)
@@ -970,13 +943,12 @@ def _claim_and_die(environments, agent):
     return node
 
 
-@pytest.mark.parametrize("failure", ["its host restarted", "the claimant died before starting it"])
-def test_a_claim_nobody_will_start_is_taken_over_without_waiting_out_the_claim(ray_cluster, tmp_path, failure):
-    """An agent's environment is claimed on one node, and will not come from there: it
-    started and died with its node's host (SIGKILL: Ray restarts the host, empty), or the
-    replica that claimed it died before starting it. A replica on the other node that never
-    used it then starts one on its own node once the claim's heartbeat has been still a
-    while — not only after the whole wait for a claimant, which is for one still starting it."""
+def test_claims_nobody_will_start_are_taken_over_without_waiting_out_the_claim(gateway, ray_cluster, tmp_path):
+    """Two agents' environments are claimed on one node and will not come from there: one
+    started and died with its node's host (SIGKILL: Ray restarts the host, empty), the other's
+    claimant died before starting it. A replica on the other node that never used either then
+    starts each on its own node once its claim's heartbeat has been still a while — not only
+    after the whole wait for a claimant, which is for one still starting it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from dsh_actors.runtime.envhost import env_id_of
@@ -985,10 +957,12 @@ def test_a_claim_nobody_will_start_is_taken_over_without_waiting_out_the_claim(r
     from dsh_actors.tools import AgentWorkspaces
     from tests.runtime.fixtures import pid_of, wait_gone
 
-    (tmp_path / "ant").mkdir()
-    registry = _connect(f"mcp-claims-{uuid.uuid4().hex[:8]}")
+    registry = gateway[3]
+    agents = ("ant", "bee")
+    for agent in agents:
+        (tmp_path / agent).mkdir()
     environments = GatewayEnvironments(AgentWorkspaces(tmp_path), registry.name)
-    env_id = env_id_of(f"{registry.name}/ant")
+    env_ids = [env_id_of(f"{registry.name}/{agent}") for agent in agents]
     special = ray_cluster["special_node"].node_id
     head = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != special)
     on_head = NodeAffinitySchedulingStrategy(head, soft=False)
@@ -996,30 +970,23 @@ def test_a_claim_nobody_will_start_is_taken_over_without_waiting_out_the_claim(r
                    for node in (head, special))
     try:
         claimed_at = time.time()
-        host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE) if failure == "its host restarted" else None
-        if host is None:
-            claimant = ray.remote(num_cpus=0)(_claim_and_die).options(scheduling_strategy=on_head)
-            assert ray.get(claimant.remote(environments, "ant"), timeout=T) == head  # and its process ends
-        else:
-            node, _ = ray.get(here.use.remote(environments, "ant"), timeout=T)
-            host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
-            assert node == head and env_id in ray.get(host.running.remote(), timeout=T)
-            pid = pid_of(host, T)
-            os.kill(pid, signal.SIGKILL)
-            wait_gone([pid], T)
-            pid_of(host, T)  # (once its next process answers)
-            assert env_id not in ray.get(host.running.remote(), timeout=T)  # restarted, empty; the claim stays
-        node, started_at = ray.get(there.use.remote(environments, "ant"), timeout=CLAIM_WAIT_S + T)
-        assert node == special
-        assert started_at - claimed_at < CLAIM_WAIT_S - 15, started_at - claimed_at  # not the claim's whole wait
+        node, _ = ray.get(here.use.remote(environments, "ant"), timeout=T)  # started on the head node
+        host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
+        assert node == head and env_ids[0] in ray.get(host.running.remote(), timeout=T)
+        pid = pid_of(host, T)
+        os.kill(pid, signal.SIGKILL)
+        wait_gone([pid], T)
+        claimant = ray.remote(num_cpus=0)(_claim_and_die).options(scheduling_strategy=on_head)
+        assert ray.get(claimant.remote(environments, "bee"), timeout=T) == head  # and its process ends
+        pid_of(host, T)  # (once the host's next process answers)
+        assert not set(env_ids) & set(ray.get(host.running.remote(), timeout=T))  # restarted, empty; the claims stay
+        started = ray.get([there.use.remote(environments, agent) for agent in agents], timeout=CLAIM_WAIT_S + T)
+        assert [node for node, _ in started] == [special, special]
+        waited = [at - claimed_at for _, at in started]
+        assert max(waited) < CLAIM_WAIT_S - 15, waited  # not the claims' whole wait
         other = ray.get_actor(env_host_name(special), namespace=DEFAULT_NAMESPACE)
-        assert env_id in ray.get(other.running.remote(), timeout=T)
-        try:
-            on_head_host = ray.get_actor(env_host_name(head), namespace=DEFAULT_NAMESPACE)
-        except ValueError:
-            on_head_host = None  # (never made: nobody started one there)
-        assert on_head_host is None or env_id not in ray.get(on_head_host.running.remote(), timeout=T)
+        assert set(env_ids) <= set(ray.get(other.running.remote(), timeout=T))
+        assert not set(env_ids) & set(ray.get(host.running.remote(), timeout=T))
     finally:
         for replica in (here, there):
             ray.kill(replica)
-        registry.shutdown()
