@@ -147,7 +147,14 @@ class GatewayEnvironments(AgentEnvironments):
                 return await super().environment(ctx, stale)
             except EnvironmentGoneError:
                 if stale is not None and (hosted is None or stale is not hosted[0]):
-                    raise  # the one this call used is gone: the call says so (as an episode's does)
+                    # The one this call used (on this node) is gone: its successor, if another
+                    # replica started one on another node since, else the call says so (as an
+                    # episode's does) and the agent's next call starts one.
+                    found = await self._running_elsewhere(env_id)
+                    if found is None:
+                        raise
+                    hosted = self._elsewhere[env_id] = (HostedEnvironment(found[0], env_id, self.namespace), found[1])
+                    return hosted
             self._elsewhere.pop(env_id, None)
             workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
             starter = await self._owner()
@@ -177,10 +184,10 @@ class GatewayEnvironments(AgentEnvironments):
                 raise
             return await super().environment(ctx)
 
-    async def _running_elsewhere(self, env_id: str, claim: EnvClaim, claimant: str | None = None,
+    async def _running_elsewhere(self, env_id: str, claim: EnvClaim | None = None, claimant: str | None = None,
                                  since: float = 0.0) -> tuple[str, str] | None:
         """Another node whose host runs ``env_id``, and its workspace there, if one does;
-        waiting for alive ``claimant``'s host to start it, up to :data:`CLAIM_WAIT_S` after
+        waiting (given its ``claim``) for alive ``claimant``'s host to start it, up to :data:`CLAIM_WAIT_S` after
         its claim at ``since`` (wall clock) — less when the ``claim``'s heartbeat is still for
         :data:`CLAIM_SILENT_S` (nobody is starting it)."""
         here, beat, heard = this_node(), None, time.monotonic()
@@ -194,7 +201,7 @@ class GatewayEnvironments(AgentEnvironments):
                     continue
                 if found is not None:
                     return node, found[1]
-            if claimant is None or claimant not in alive or time.time() >= since + CLAIM_WAIT_S:
+            if claim is None or claimant is None or claimant not in alive or time.time() >= since + CLAIM_WAIT_S:
                 return None
             latest = await asyncio.to_thread(claim.heartbeat)
             if latest != beat:

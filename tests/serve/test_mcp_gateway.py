@@ -893,7 +893,9 @@ def test_an_environment_host_killed_under_an_agent_takes_its_environment_and_the
         gateway, tmp_path):
     """SIGKILL the node's environment host while an agent's environment runs a process: that
     process dies with it (seen from /proc), at most the agent's next call fails ``ENV_GONE``,
-    and the call after gets a new environment (its folder on the host kept)."""
+    and the call after gets a new environment (its folder on the host kept) — whichever of
+    the two replicas (one per node) takes each: one that held the lost environment uses the
+    one the other started since, rather than saying again that it is gone."""
     _, _, url, registry = gateway
     marker = str(3000 + os.getpid() % 1000)
     env_id = _walled(registry, tmp_path, "eve")
@@ -990,3 +992,4 @@ def test_claims_nobody_will_start_are_taken_over_without_waiting_out_the_claim(g
     finally:
         for replica in (here, there):
             ray.kill(replica)
+
