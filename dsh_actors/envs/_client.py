@@ -120,7 +120,7 @@ class EnvClient:
     async def _open(self) -> _Link:
         loop = asyncio.get_running_loop()
         if self._ended:
-            raise EnvironmentGoneError(f"environment {self.id!r} was ended")
+            raise EnvironmentGoneError(f"environment {self.id!r} was ended", unsent=True)
         if self._link is not None and not self._link.closed and self._loop is loop:
             return self._link
         if self._opening is None or self._loop is not loop:
@@ -131,17 +131,17 @@ class EnvClient:
             try:
                 _, link = await loop.create_unix_connection(_Link, self._path)
             except OSError as exc:
-                raise EnvironmentGoneError(f"environment {self.id!r} is gone ({exc.strerror})") from None
+                raise EnvironmentGoneError(f"environment {self.id!r} is gone ({exc.strerror})", unsent=True) from None
             hello = link.expect(0)
             link.send({"op": "hello", "secret": self._secret})
             try:
                 answer = await within(hello, FILE_TIMEOUT_S)
             except (EnvironmentGoneError, asyncio.TimeoutError):
                 link.close()
-                raise EnvironmentGoneError(f"environment {self.id!r} refused this address") from None
+                raise EnvironmentGoneError(f"environment {self.id!r} refused this address", unsent=True) from None
             if answer.get("ok") != self.id:
                 link.close()
-                raise EnvironmentGoneError(f"the socket of {self.id!r} answers for {answer.get('ok')!r}")
+                raise EnvironmentGoneError(f"the socket of {self.id!r} answers for {answer.get('ok')!r}", unsent=True)
             self._link = link
             return link
 

@@ -145,10 +145,16 @@ class EnvironmentStartError(HarnessError):
 
 class EnvironmentGoneError(HarnessError):
     """The environment ended (or died) before the request: infrastructure, unless the
-    episode ended it itself."""
+    episode ended it itself. ``unsent``: the request certainly never reached it (no
+    connection, no such environment there), so it may go to one that took its place; a
+    request lost on its way or while it ran may have run, and is not sent again."""
 
     code = "ENV_GONE"
     infra = True
+
+    def __init__(self, message: str, code: str | None = None, *, unsent: bool = False) -> None:
+        super().__init__(message, code)
+        self.unsent = unsent
 
 
 class EnvironmentLimitError(HarnessError):

@@ -371,7 +371,7 @@ class NativeEnvironment:
 
     def _live(self) -> EnvClient:
         if self._gone or self._ending is not None:
-            raise EnvironmentGoneError(f"environment {self.id!r} was ended")
+            raise EnvironmentGoneError(f"environment {self.id!r} was ended", unsent=True)
         return self._client
 
     async def run(self, command: str, *, timeout_s: float, cwd: str | None = None,

@@ -37,7 +37,7 @@ from ..tools.workspace import AgentWorkspaces, Workspace
 from .backoff import WHILE_RESTARTING
 from .local import this_node
 from .env_claims import release
-from .errors import ACTOR_GONE, died_for_good, remember_dead
+from .errors import ACTOR_GONE, DEAD_ACTORS, died_for_good, held_dead, never_reached, remember_dead
 from .process import current
 from .requester import CHECK_S, requester, still_there
 from .revive import kept_actor_async
@@ -179,7 +179,7 @@ class EnvHostService:
         held = self._envs.get(env_id)
         if held is None:
             raise EnvironmentGoneError(f"no environment {env_id} runs on node {this_node()} (it ended, or its "
-                                       "host restarted)")
+                                       "host restarted)", unsent=True)
         return held[0]
 
     async def _sweep(self) -> None:
@@ -254,16 +254,24 @@ async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         what=f"the environment host of node {node[:12]}")
 
 
-async def _ask_host(node: str, namespace: str, method: str, *args: Any) -> Any:
+async def _ask_host(node: str, namespace: str, method: str, *args: Any, once: bool = False) -> Any:
     """``method`` of ``node``'s environment host. A host Ray is restarting is waited for
-    (its environments died with it); one found dead for good is made again, and asked once more."""
+    (its environments died with it); one found dead for good is made again, and asked once more.
+    ``once``: a host that dies under the request is not asked again (a request of one of its
+    environments, which may have run there before it died)."""
     made_again = False
     for pause in WHILE_RESTARTING.pauses():
         host = await _host(node, namespace)
+        if once and not made_again and held_dead(host):  # known dead: nothing sent yet, so ask its successor
+            DEAD_ACTORS.add(host._actor_id.hex())
+            made_again = True
+            continue
         try:
             return await getattr(host, method).remote(*args)
         except ACTOR_GONE as exc:
             remember_dead(exc)  # (so _host makes another)
+            if once:
+                raise
             if died_for_good(exc) and not made_again:
                 made_again = True
                 continue
@@ -334,6 +342,7 @@ class HostedEnvironment:
 
     def __init__(self, node: str, env_id: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.node, self.id, self.namespace = node, env_id, namespace
+        self.lost = False  # its host went away under a request (which failed ENV_GONE)
 
     async def run(self, command: str, *, timeout_s: float, cwd: str | None = None,
                   max_output: int = 65536) -> CommandResult:
@@ -352,13 +361,17 @@ class HostedEnvironment:
         """The host's answer about this environment; its error as raised there (a coded
         environment error)."""
         try:
-            return await _ask_host(self.node, self.namespace, method, self.id, *args)
+            return await _ask_host(self.node, self.namespace, method, self.id, *args, once=True)
         except ray.exceptions.RayTaskError as exc:
             raise (_raised_there(exc) or
                    EnvironmentGoneError(f"environment {self.id} on node {self.node}: {exc}")) from None
-        except ACTOR_GONE as exc:
+        except ray.exceptions.ActorUnschedulableError as exc:  # its node is gone: the request went nowhere
+            self.lost = True
+            raise EnvironmentGoneError(f"the node of environment {self.id} is gone ({exc})", unsent=True) from None
+        except ACTOR_GONE as exc:  # (unless Ray proves it never sent it, it may have run there)
+            self.lost = True
             raise EnvironmentGoneError(f"the environment host of node {self.node} is gone, and environment "
-                                       f"{self.id} with it: {exc}") from None
+                                       f"{self.id} with it: {exc}", unsent=never_reached(exc)) from None
 
 
 @contextlib.asynccontextmanager

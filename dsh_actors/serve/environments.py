@@ -140,6 +140,8 @@ class GatewayEnvironments(AgentEnvironments):
 
     async def _environment(self, ctx: Any, agent: str, env_id: str, stale: Any) -> tuple[Environment, str]:
         hosted = self._elsewhere.get(env_id)
+        if hosted is not None and stale is None and hosted[0].lost:
+            stale = hosted[0]  # its host went away under an earlier call, which said so: start its successor
         if hosted is not None and hosted[0] is not stale:
             return hosted
         async with self._starting.setdefault(env_id, asyncio.Lock()):

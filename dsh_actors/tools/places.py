@@ -86,8 +86,9 @@ class EnvPlace:
     """An episode environment's workspace: everything happens inside its walls.
 
     ``fresh(stale)``, when given, is asked once for the environment now under the same id
-    when the one held is gone (``ENV_GONE``): its episode started again, and the request
-    never reached the old one, which was ended first."""
+    when the one held is gone and the request never reached it (``ENV_GONE``, ``unsent``):
+    its episode started again, and the old one was ended first. A request that may have run
+    (its environment died under it) is never sent again: the call answers ``ENV_GONE``."""
 
     def __init__(self, env: Environment, root: str,
                  fresh: Callable[[Environment], Awaitable[Environment]] | None = None) -> None:
@@ -96,8 +97,8 @@ class EnvPlace:
     async def _in_env(self, act: Callable[[Environment], Awaitable[T]]) -> T:
         try:
             return await act(self.env)
-        except EnvironmentGoneError:
-            if self._fresh is None:
+        except EnvironmentGoneError as gone:
+            if self._fresh is None or not gone.unsent:
                 raise
             self.env, self._fresh = await self._fresh(self.env), None  # (raises if none took its place)
             return await act(self.env)

@@ -154,3 +154,20 @@ def test_a_killed_environment_host_takes_its_environments_and_the_next_one_start
     finally:
         registry.shutdown()
 
+
+
+def test_an_environment_on_a_node_that_is_gone_answers_env_gone(ray_cluster):
+    """A process that used an environment on another node, when that node is gone (its host
+    can be made nowhere): each request fails ``ENV_GONE``, never Ray's scheduling error."""
+    from dsh_actors.envs.contract import EnvironmentGoneError
+    from dsh_actors.runtime.envhost import HostedEnvironment
+
+    gone = HostedEnvironment("ab" * 28, "env-nowhere")  # a node id no node of the cluster has
+
+    async def ask():
+        with pytest.raises(EnvironmentGoneError) as failed:
+            await asyncio.wait_for(gone.run("true", timeout_s=5), 60)
+        return failed.value
+
+    error = asyncio.run(ask())
+    assert error.code == "ENV_GONE" and "is gone" in str(error)
