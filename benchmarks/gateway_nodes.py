@@ -99,6 +99,16 @@ def outcomes(answers: dict[str, list[tuple[str, str, float]]]) -> collections.Co
     return collections.Counter(outcome for calls in answers.values() for outcome, _, _ in calls)
 
 
+def samples(answers: dict[str, list[tuple[str, str, float]]]) -> dict[str, str]:
+    """One text of each outcome but ``ok`` (what a failed call said)."""
+    found: dict[str, str] = {}
+    for calls in answers.values():
+        for outcome, text, _ in calls:
+            if outcome != "ok":
+                found.setdefault(outcome, text[:300])
+    return found
+
+
 def describe(counts: collections.Counter[str]) -> str:
     return ", ".join(f"{n} {outcome}" for outcome, n in counts.most_common())
 
@@ -146,12 +156,14 @@ def main() -> str:
                 return await calls
 
             second = asyncio.run(with_a_node_removed())
+            print("after the removal:", samples(second), file=sys.stderr)
             answered = sum(len(calls) for calls in second.values())
             rows.append([f"the same, {short[victim_id]} removed after 1.5 s "
                          f"({len(lived_there)} agents' environments there)", describe(outcomes(second)),
                          f"{answered} of {AGENTS * CALLS} calls answered once each"])
             # 3. after: every agent's next calls
             third = asyncio.run(wave(url, agents, "echo {agent} >> /tmp/after; wc -l < /tmp/after", 2))
+            print("then:", samples(third), file=sys.stderr)
             where = placement(name, agents)
             moved = sum(1 for agent in lived_there if where[agent] and victim_id not in where[agent])
             whole = sum(calls[-1][0] == "ok" for calls in third.values())
@@ -169,7 +181,9 @@ def main() -> str:
         "connection per call. One environment per agent is read from inside (its private `/tmp` holds every "
         "call's line) and from each node's environment host. `dropped`: the call's connection went with its "
         "replica (the client gets no answer; MCP has no way to resume a request); `ENV_GONE`: its "
-        "environment went with the node, and the agent's next call starts a new one.")
+        "environment went with the node while the call ran or was sent, so it may have run there and is not "
+        "sent again; an agent hears it at most once from each replica that held its environment"
+        ", and its next call on that replica runs in a new environment on a live node.")
 
 
 if __name__ == "__main__":

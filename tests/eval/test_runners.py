@@ -325,9 +325,12 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
 
     writes = {"id": "asker", "policies": ["ask-writes"], "turns": [{"calls": [
         {"name": "write_file", "arguments": {"path": "w.txt", "content": "hi"}}]}]}
+    # Beside it nobody answers: the ask ends at the call's deadline, the call fails coded (not
+    # a denial); the episode's own deadline wins over the job's.
+    mine = {**writes, "id": "unanswered", "limits": {"tool_timeout_s": 1.5}}
     answered = []
 
-    def answer():
+    def answer():  # the asker's ask only
         queue = ApprovalQueue("asking-job-native", "dsh-actors")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -335,27 +338,25 @@ def test_an_ask_in_a_job_waits_for_an_answer_from_outside_or_follows_the_jobs_po
                 pending = queue.pending().result(timeout_s=10)
             except Exception:  # noqa: BLE001 - the job's queue is not up yet
                 pending = []
-            if pending:
-                answered.append(queue.allow(pending[0]["id"]).result(timeout_s=10))
-                return
+            for ask in pending:
+                if "unanswered" not in ask["agent"]:
+                    answered.append(queue.allow(ask["id"]).result(timeout_s=10))
+                    return
             time.sleep(0.1)
 
     thread = threading.Thread(target=answer)
     thread.start()
-    (asked,) = collect(run_episodes([writes], approvals="ask", name="asking-job", keep_workspaces="all"))
+    reports = collect(run_episodes([writes, mine], approvals="ask", name="asking-job", keep_workspaces="all",
+                                   tool_timeout_s=600))
     thread.join()
+    asked, expired = sorted(reports, key=lambda r: r.id)
     assert answered == [True] and asked.status == "ok" and asked.ok == 1 and asked.asks == 1
     assert (Path(asked.workspace) / "w.txt").read_text() == "hi"
+    assert (expired.ok, expired.denied, expired.asks, dict(expired.errors)) == (0, 0, 1, {"APPROVAL_TIMEOUT": 1})
+    assert not (Path(expired.workspace) / "w.txt").exists()
     # (A job under "always" is the CLI's own-tools test: its ask is allowed, its write made.)
     (rejected,) = collect(run_episodes([writes], approvals="never", name="never-job"))
     assert (rejected.ok, rejected.denied, rejected.asks) == (0, 1, 1)
-    # Nobody answers: the ask ends at the call's deadline, the call fails coded (not a
-    # denial) and the job ends; the episode's own deadline wins over the job's.
-    mine = {**writes, "id": "unanswered", "limits": {"tool_timeout_s": 1.5}}
-    (expired,) = collect(run_episodes([mine], approvals="ask", name="unanswered-job", tool_timeout_s=600,
-                                      keep_workspaces="all"))
-    assert (expired.ok, expired.denied, expired.asks, dict(expired.errors)) == (0, 0, 1, {"APPROVAL_TIMEOUT": 1})
-    assert not (Path(expired.workspace) / "w.txt").exists()
     # The queue is made on the first ask (a job whose agents never ask makes none).
     assert [a["Name"] for a in ray._private.state.actors().values()
             if a["ActorClassName"] == "ApprovalQueueService" and "never-job" in a["Name"]] == ["dsh-approvals:never-job-native"]
