@@ -257,12 +257,13 @@ async def _host(node: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
 async def _ask_host(node: str, namespace: str, method: str, *args: Any, once: bool = False) -> Any:
     """``method`` of ``node``'s environment host. A host Ray is restarting is waited for
     (its environments died with it); one found dead for good is made again, and asked once more.
+    A host this process already holds dead is made again before anything is sent to it.
     ``once``: a host that dies under the request is not asked again (a request of one of its
     environments, which may have run there before it died)."""
     made_again = False
     for pause in WHILE_RESTARTING.pauses():
         host = await _host(node, namespace)
-        if once and not made_again and held_dead(host):  # known dead: nothing sent yet, so ask its successor
+        if not made_again and held_dead(host):  # (a call to it would fail unsent; its successor is asked)
             DEAD_ACTORS.add(host._actor_id.hex())
             made_again = True
             continue

@@ -155,8 +155,7 @@ class GatewayEnvironments(AgentEnvironments):
                     found = await self._running_elsewhere(env_id)
                     if found is None:
                         raise
-                    hosted = self._elsewhere[env_id] = (HostedEnvironment(found[0], env_id, self.namespace), found[1])
-                    return hosted
+                    return self._use_elsewhere(env_id, found)
             self._elsewhere.pop(env_id, None)
             workspace = self.workspaces.at(ctx)  # its folder must exist: WorkspaceError (a coded result) if not
             starter = await self._owner()
@@ -169,9 +168,7 @@ class GatewayEnvironments(AgentEnvironments):
                     break
                 found = await self._running_elsewhere(env_id, claim, node, since)
                 if found is not None:
-                    node, where = found
-                    hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
-                    return hosted
+                    return self._use_elsewhere(env_id, found)
                 node, since = await asyncio.to_thread(claim.take, node)  # it is gone, or never started it
             try:
                 # Its root holds the host's system and this folder alone: the other agents'
@@ -211,6 +208,12 @@ class GatewayEnvironments(AgentEnvironments):
             elif time.monotonic() - heard >= CLAIM_SILENT_S:
                 return None
             await asyncio.sleep(CLAIM_POLL_S)
+
+    def _use_elsewhere(self, env_id: str, found: tuple[str, str]) -> tuple[Environment, str]:
+        """Use ``env_id`` where ``found`` (its node, its workspace there) runs it, from now on."""
+        node, where = found
+        hosted = self._elsewhere[env_id] = (HostedEnvironment(node, env_id, self.namespace), where)
+        return hosted
 
     def _claim(self, env_id: str, starter: tuple[Any, str]) -> EnvClaim:
         """Environment ``env_id``'s claim, for its registry's process ``starter`` (a new
